@@ -1,0 +1,69 @@
+// The backend-neutral runtime interface.
+//
+// A runtime loads a program (a Graph already lowered for it), takes typed input data,
+// executes with a dim map and hands back typed outputs.
+// Persist semantics: persisted inputs (weights, caches) survive executions; other
+// inputs are consumed by execute; only outputs and persisted inputs stay readable.
+#pragma once
+
+#include <chrono>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "luminal/graph.hpp"
+#include "luminal/host_tensor.hpp"
+#include "luminal/tensor.hpp"
+
+namespace luminal {
+
+// How long one execution took, as measured by the backend.
+struct ProfileResult {
+  double seconds = 0;
+  bool timed_out = false;
+};
+
+class Runtime {
+ public:
+  virtual ~Runtime() = default;
+  virtual std::string_view name() const = 0;
+
+  // Load a program. Input and Output nodes are addressed by their `external id`
+  // (the NodeId in the user's graph), given by `external_ids[program node]`.
+  virtual void load(const Graph& program, std::vector<NodeId> external_ids) = 0;
+  virtual void execute(const DimMap& dims) = 0;
+  // Time `trials` executions; stop early once `timeout` is exceeded.
+  virtual ProfileResult profile(const DimMap& dims, int trials, std::chrono::duration<double> timeout);
+
+  // ---- data in and out (by the user's tensor or NodeId) ----
+  virtual void set_tensor(NodeId input, HostTensor data) = 0;
+  // The buffer of an output or persisted input; throws luminal::Error naming the
+  // tensor when it is not readable (not an output, consumed, or never set).
+  virtual HostTensor get_tensor(NodeId node) const = 0;
+  virtual bool has_tensor(NodeId node) const = 0;
+
+  void set_data(const GraphTensor& t, const std::vector<float>& values);
+  void set_data(const GraphTensor& t, const std::vector<double>& values);
+  void set_data(const GraphTensor& t, const std::vector<int32_t>& values);
+  void set_data(const GraphTensor& t, const std::vector<int64_t>& values);
+  void set_data(const GraphTensor& t, HostTensor data);  // converted to the tensor's dtype
+  std::vector<float> get_f32(const GraphTensor& t) const { return get_tensor(t.id()).to_f32(); }
+  std::vector<double> get_f64(const GraphTensor& t) const { return get_tensor(t.id()).to_f64(); }
+  std::vector<int32_t> get_i32(const GraphTensor& t) const { return get_tensor(t.id()).to_i32(); }
+  std::vector<int64_t> get_i64(const GraphTensor& t) const { return get_tensor(t.id()).to_i64(); }
+  std::vector<bool> get_bool(const GraphTensor& t) const;
+
+  // Fill inputs from a safetensors file by matching Input labels to tensor names.
+  // Returns the labels that were loaded. Missing tensors are an error unless
+  // `allow_missing`; a shape or dtype mismatch is always an error (dtypes convert).
+  std::vector<std::string> load_safetensors(const Graph& graph, const std::string& path,
+                                            bool allow_missing = true);
+
+ protected:
+  // Inputs of the loaded program, by external id, for load_safetensors and checks.
+  std::unordered_map<NodeId, const Node*> input_nodes_;
+};
+
+}  // namespace luminal

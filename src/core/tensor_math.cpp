@@ -1,0 +1,87 @@
+// Elementwise functions, each a composition of Exp2, Log2, Sin, Sqrt, Recip and arithmetic.
+#include <cmath>
+#include <numbers>
+
+#include "tensor_internal.hpp"
+
+namespace luminal {
+using namespace detail;
+
+GraphTensor GraphTensor::exp2() const { return unary(OpKind::Exp2, *this); }
+GraphTensor GraphTensor::log2() const { return unary(OpKind::Log2, *this); }
+GraphTensor GraphTensor::sin() const { return unary(OpKind::Sin, *this); }
+GraphTensor GraphTensor::sqrt() const { return unary(OpKind::Sqrt, *this); }
+GraphTensor GraphTensor::reciprocal() const { return unary(OpKind::Recip, *this); }
+GraphTensor GraphTensor::exp() const { return (to_float(*this) * std::numbers::log2e).exp2(); }
+GraphTensor GraphTensor::log() const { return log2() * std::numbers::ln2; }
+GraphTensor GraphTensor::cos() const { return (to_float(*this) + std::numbers::pi / 2).sin(); }
+GraphTensor GraphTensor::tan() const { return sin() / cos(); }
+GraphTensor GraphTensor::rsqrt() const { return sqrt().reciprocal(); }
+
+GraphTensor GraphTensor::floor() const {
+  if (!is_float(dtype_)) return *this;
+  return *this - *this % 1.0;  // floor modulo keeps the fractional part in [0, 1)
+}
+GraphTensor GraphTensor::ceil() const {
+  if (!is_float(dtype_)) return *this;
+  return -((-*this).floor());
+}
+GraphTensor GraphTensor::round() const {
+  if (!is_float(dtype_)) return *this;
+  // Half to even: floor(x + 0.5), minus one on exact ties that landed on an odd number.
+  GraphTensor r = (*this + 0.5).floor();
+  GraphTensor tie = (r - *this).eq(0.5);
+  GraphTensor odd = (r % 2.0).eq(1.0);
+  return r - tie.logical_and(odd).cast(dtype_);
+}
+
+GraphTensor GraphTensor::tanh() const {
+  // tanh(x) = 2*sigmoid(2x) - 1, evaluated on |x| to avoid inf/inf, then re-signed.
+  GraphTensor x = to_float(*this);
+  GraphTensor e = (x.abs() * (-2.0 * std::numbers::log2e)).exp2();  // exp(-2|x|) in (0, 1]
+  GraphTensor t = (1.0 - e) / (1.0 + e);
+  return where(x.lt(0.0), -t, t);
+}
+
+GraphTensor GraphTensor::sigmoid() const {
+  GraphTensor x = to_float(*this);
+  return ((-x).exp() + 1.0).reciprocal();
+}
+
+GraphTensor GraphTensor::erf() const {
+  // Abramowitz-Stegun 7.1.26 is only 1.5e-7 accurate; use the Numerical Recipes erfc
+  // Chebyshev fit (relative error < 1.2e-7 everywhere), on |x| then re-signed.
+  GraphTensor x = to_float(*this);
+  GraphTensor z = x.abs();
+  GraphTensor t = (z * 0.5 + 1.0).reciprocal();
+  const double c[] = {-1.26551223, 1.00002368, 0.37409196, 0.09678418, -0.18628806,
+                      0.27886807, -1.13520398, 1.48851587, -0.82215223, 0.17087277};
+  GraphTensor poly = t * c[9];
+  for (int i = 8; i >= 1; --i) poly = t * (poly + c[i]);
+  poly = poly + c[0];
+  GraphTensor erfc = t * (poly - z * z).exp();
+  GraphTensor r = 1.0 - erfc;
+  return where(x.lt(0.0), -r, r);
+}
+
+GraphTensor GraphTensor::relu() const { return where(gt(0.0), *this, scalar_like(*this, 0)); }
+GraphTensor GraphTensor::leaky_relu(double slope) const { return where(gt(0.0), *this, *this * slope); }
+GraphTensor GraphTensor::gelu() const {
+  GraphTensor x = to_float(*this);
+  return x * 0.5 * ((x * (1.0 / std::numbers::sqrt2)).erf() + 1.0);
+}
+GraphTensor GraphTensor::gelu_tanh() const {
+  GraphTensor x = to_float(*this);
+  const double k = std::sqrt(2.0 / std::numbers::pi);
+  return x * 0.5 * ((x + x * x * x * 0.044715) * k).tanh() + x * 0.5;
+}
+GraphTensor GraphTensor::silu() const { return to_float(*this) * sigmoid(); }
+GraphTensor GraphTensor::softplus(double beta, double threshold) const {
+  GraphTensor x = to_float(*this);
+  GraphTensor bx = x * beta;
+  // log(1 + exp(bx)) / beta, linear above the threshold as in PyTorch.
+  GraphTensor soft = (bx.minimum(threshold).exp() + 1.0).log() / beta;
+  return where(bx.gt(threshold), x, soft);
+}
+
+}  // namespace luminal
