@@ -49,6 +49,13 @@ class Runtime {
   void set_data(const GraphTensor& t, const std::vector<int32_t>& values);
   void set_data(const GraphTensor& t, const std::vector<int64_t>& values);
   void set_data(const GraphTensor& t, HostTensor data);  // converted to the tensor's dtype
+  // Braced lists: rt.set_data(a, {1.f, 2.f}) or rt.set_data(ids, {3, 4}).
+  void set_data(const GraphTensor& t, std::initializer_list<float> values) {
+    set_data(t, std::vector<float>(values));
+  }
+  void set_data(const GraphTensor& t, std::initializer_list<int> values) {
+    set_data(t, std::vector<int32_t>(values.begin(), values.end()));
+  }
   std::vector<float> get_f32(const GraphTensor& t) const { return get_tensor(t.id()).to_f32(); }
   std::vector<double> get_f64(const GraphTensor& t) const { return get_tensor(t.id()).to_f64(); }
   std::vector<int32_t> get_i32(const GraphTensor& t) const { return get_tensor(t.id()).to_i32(); }

@@ -16,7 +16,8 @@ GraphTensor GraphTensor::matmul(const GraphTensor& b_in) const {
                 to_string(b_in.shape()));
   Expression m = a.dim(-2), n = b.dim(-1);
   // Broadcast the batch dims.
-  Shape a_batch(a.shape().begin(), a.shape().end() - 2), b_batch(b.shape().begin(), b.shape().end() - 2);
+  Shape a_shape = a.shape(), b_shape = b.shape();
+  Shape a_batch(a_shape.begin(), a_shape.end() - 2), b_batch(b_shape.begin(), b_shape.end() - 2);
   Shape batch = broadcast_shapes(a_batch, b_batch);
   Shape a_full = batch, b_full = batch;
   a_full.insert(a_full.end(), {m, k});
