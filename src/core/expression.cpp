@@ -492,40 +492,55 @@ Expression b_add(std::vector<Expression> xs) {
     if (t.base.node()->kind == ExprKind::Mod) has_mod = true;
 
   if (has_mod && merged.size() >= 2) {
-    // Dim-merge identity: c*(A%B) + c*B*(A/B) -> c*A.
-    for (size_t i = 0; i < merged.size(); ++i) {
-      const ExprNode* m = merged[i].base.node();
-      if (m->kind != ExprKind::Mod) continue;
-      const Expression& A = m->kids[0];
-      const Expression& B = m->kids[1];
-      int64_t c = merged[i].coeff;
-      Expression partner = b_mul({b_div(A, B), B, num(c)});
+    // Dim-merge identity: c*(A%B) + c*B*(A/B) -> c*A. `partner` is the part that must
+    // already be present in the sum (exact coefficients) next to term i; the pair is
+    // replaced by `whole` (partner + term i == whole).
+    auto try_merge = [&](size_t i, const Expression& partner, const Expression& whole) -> std::optional<Expression> {
       Linear p = linear(partner);
-      if (p.terms.empty()) continue;
+      if (p.terms.empty()) return std::nullopt;
       std::vector<bool> used(merged.size(), false);
       used[i] = true;
-      bool ok = true;
       for (const auto& pt : p.terms) {
         bool found = false;
-        for (size_t j = 0; j < merged.size(); ++j) {
-          if (!used[j] && merged[j].base == pt.base && merged[j].coeff == pt.coeff) {
-            used[j] = true;
-            found = true;
-            break;
-          }
+        for (size_t j = 0; j < merged.size() && !found; ++j) {
+          if (!used[j] && merged[j].base == pt.base && merged[j].coeff == pt.coeff) used[j] = found = true;
         }
-        if (!found) {
-          ok = false;
-          break;
-        }
+        if (!found) return std::nullopt;
       }
-      if (!ok) continue;
       std::vector<Expression> next;
       for (size_t j = 0; j < merged.size(); ++j)
         if (!used[j]) next.push_back(term_expr(merged[j]));
       next.push_back(num(wrap_add(l.k, wrap_neg(p.k))));
-      next.push_back(b_mul({A, num(c)}));
+      next.push_back(whole);
       return b_add(std::move(next));
+    };
+    for (size_t i = 0; i < merged.size(); ++i) {
+      const ExprNode* m = merged[i].base.node();
+      int64_t c = merged[i].coeff;
+      if (m->kind == ExprKind::Mod) {
+        // From the modulo side: look for c*B*(A/B).
+        const Expression& A = m->kids[0];
+        const Expression& B = m->kids[1];
+        if (auto r = try_merge(i, b_mul({b_div(A, B), B, num(c)}), b_mul({A, num(c)}))) return *r;
+      } else if (m->kind == ExprKind::Div) {
+        // From the division side: (X/n)*n*k + k*(X%n), where X%n may be canonicalised
+        // to a different (congruent) numerator, e.g. (z*3 + 1)%2 -> (z + 1)%2.
+        const Expression& X = m->kids[0];
+        if (auto n = const_of(m->kids[1]); n && *n > 0 && c % *n == 0) {
+          int64_t k = c / *n;
+          if (auto r = try_merge(i, b_mul({b_mod(X, m->kids[1]), num(k)}), b_mul({X, num(k)}))) return *r;
+        }
+      } else if (m->kind == ExprKind::Mul && m->kids.size() == 2) {
+        // Symbolic divisor: (X/B)*B*k + k*(X%B).
+        for (int d = 0; d < 2; ++d) {
+          const ExprNode* dv = m->kids[static_cast<size_t>(d)].node();
+          const Expression& other = m->kids[static_cast<size_t>(1 - d)];
+          if (dv->kind == ExprKind::Div && dv->kids[1] == other) {
+            if (auto r = try_merge(i, b_mul({b_mod(dv->kids[0], other), num(c)}), b_mul({dv->kids[0], num(c)})))
+              return *r;
+          }
+        }
+      }
     }
   }
 

@@ -430,7 +430,9 @@ struct Gen {
       std::pair<Expression, Expression> c;
       bool divisor = i == 1 && (k == ExprKind::Div || k == ExprKind::Mod || k == ExprKind::CeilDiv);
       if (divisor && uni(0, 2) != 0) {
-        Expression n(uni(-9, 9));
+        int64_t v = uni(-9, 9);
+        if (v == 0 && uni(0, 3) != 0) v = 4;  // keep some, not too many, divisions by zero
+        Expression n(v);
         c = {n, n};
       } else {
         c = gen(depth - 1);
@@ -484,8 +486,12 @@ std::string show(const DimMap& d) {
 }  // namespace
 
 TEST(SimplifyFuzz, DifferentialAgainstRawEval) {
-  Gen g(0xC0FFEE);
-  constexpr int kExprs = 6000;
+  // LUMINAL_EXPR_FUZZ_SEED / LUMINAL_EXPR_FUZZ_N override the fixed seed and size for local stress runs.
+  uint64_t seed = 0xC0FFEE;
+  int kExprs = 6000;
+  if (const char* e = std::getenv("LUMINAL_EXPR_FUZZ_SEED")) seed = std::strtoull(e, nullptr, 10);
+  if (const char* e = std::getenv("LUMINAL_EXPR_FUZZ_N")) kExprs = std::atoi(e);
+  Gen g(seed);
   constexpr int kAssignments = 20;
   int checked = 0, failures = 0;
   for (int i = 0; i < kExprs && failures < 10; ++i) {
@@ -521,6 +527,112 @@ TEST(SimplifyFuzz, DifferentialAgainstRawEval) {
     }
   }
   EXPECT_GT(checked, kExprs * kAssignments / 4);
+  std::printf("[fuzz] seed %llu: %d expressions, %d defined evaluations compared\n",
+              static_cast<unsigned long long>(seed), kExprs, checked);
+}
+
+namespace {
+// View-like expressions: linear index arithmetic with div/mod by small positive
+// constants, the dim-merge pattern, clamps and symbolic strides.
+struct ViewGen {
+  std::mt19937_64 rng;
+  explicit ViewGen(uint64_t seed) : rng(seed) {}
+  int64_t uni(int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(rng); }
+  Expression leaf() {
+    switch (uni(0, 4)) {
+      case 0: return Expression(uni(0, 12));
+      case 1: return Expression::var("seq");
+      case 2: return Expression::var("a");
+      default: return Expression::index();
+    }
+  }
+  std::pair<Expression, Expression> gen(int depth) {
+    if (depth == 0 || uni(0, 9) < 2) {
+      Expression l = leaf();
+      return {l, l};
+    }
+    auto num = [&](int64_t lo, int64_t hi) { return Expression(uni(lo, hi)); };
+    auto raw2 = [](ExprKind k, const Expression& x, const Expression& y) {
+      std::vector<Expression> v{x, y};
+      return Expression::raw(k, v);
+    };
+    auto [xr, xb] = gen(depth - 1);
+    switch (uni(0, 8)) {
+      case 0: {
+        auto [yr, yb] = gen(depth - 1);
+        return {raw2(ExprKind::Add, xr, yr), xb + yb};
+      }
+      case 1: {
+        Expression c = num(-3, 8);
+        return {raw2(ExprKind::Mul, xr, c), xb * c};
+      }
+      case 2: {
+        Expression c = num(1, 12);
+        return {raw2(ExprKind::Div, xr, c), xb / c};
+      }
+      case 3: {
+        Expression c = num(1, 12);
+        return {raw2(ExprKind::Mod, xr, c), xb % c};
+      }
+      case 4: {
+        Expression c = num(1, 8);
+        Expression r = raw2(ExprKind::Add, raw2(ExprKind::Mul, raw2(ExprKind::Div, xr, c), c), raw2(ExprKind::Mod, xr, c));
+        return {r, (xb / c) * c + xb % c};
+      }
+      case 5: {
+        Expression s = Expression::var(uni(0, 1) ? "seq" : "a");
+        return {raw2(ExprKind::Mul, xr, s), xb * s};
+      }
+      case 6: {
+        Expression c = num(0, 40);
+        return {raw2(ExprKind::Min, xr, c), min(xb, c)};
+      }
+      case 7: {
+        Expression c = num(1, 8);
+        return {raw2(ExprKind::CeilDiv, xr, c), ceil_div(xb, c)};
+      }
+      default: {
+        Expression c = num(0, 30);
+        return {raw2(ExprKind::Lt, xr, c), lt(xb, c)};
+      }
+    }
+  }
+};
+}  // namespace
+
+TEST(SimplifyFuzz, ViewLikeExpressions) {
+  uint64_t seed = 99;
+  int n = 5000;
+  if (const char* e = std::getenv("LUMINAL_EXPR_FUZZ_SEED")) seed = std::strtoull(e, nullptr, 10);
+  if (const char* e = std::getenv("LUMINAL_EXPR_FUZZ_N")) n = std::atoi(e);
+  ViewGen g(seed);
+  int failures = 0, merged = 0;
+  for (int i = 0; i < n && failures < 10; ++i) {
+    auto [raw, built] = g.gen(static_cast<int>(g.uni(1, 6)));
+    Expression s = raw.simplify();
+    if (!(s == built) || !(detail::resimplify_uncached(s) == s)) {
+      ++failures;
+      ADD_FAILURE() << "not canonical\n raw:   " << raw << "\n simp:  " << s << "\n built: " << built
+                    << "\n again: " << detail::resimplify_uncached(s);
+      continue;
+    }
+    // The dim-merge identity must hold for any canonical x and small c.
+    Expression c(g.uni(1, 8));
+    if ((s / c) * c + s % c == s) ++merged;
+    for (int j = 0; j < 20; ++j) {
+      DimMap d{{"a", g.uni(0, 30)}, {"seq", g.uni(0, 30)}, {"z", g.uni(0, 200)}};
+      auto rv = raw.try_eval(d);
+      if (!rv) continue;
+      auto sv = s.try_eval(d);
+      if (!sv || *sv != *rv) {
+        ++failures;
+        ADD_FAILURE() << "mismatch\n raw:  " << raw << " = " << *rv << "\n simp: " << s << " = "
+                      << (sv ? std::to_string(*sv) : std::string("<error>")) << "\n at:   " << show(d);
+        break;
+      }
+    }
+  }
+  std::printf("[fuzz] view-like: %d of %d satisfy (x/c)*c + x%%c == x syntactically\n", merged, n);
 }
 
 // Raw bounds must also be sound (they are computed for every node).
