@@ -377,7 +377,13 @@ TEST(Expression, ThreadSafeInterning) {
   for (int t = 0; t < 4; ++t) {
     ts.emplace_back([t, &results] {
       Expression acc;
-      for (int i = 0; i < 2000; ++i) acc = (acc + Expression::var("v" + std::to_string(i % 17)) * (i % 5)) % 1000003;
+      std::vector<Expression> vars;
+      for (int v = 0; v < 17; ++v) {
+        std::string name = "v";
+        name += std::to_string(v);  // (not `"v" + to_string`: GCC 12 -Wrestrict false positive at -O3)
+        vars.push_back(Expression::var(name));
+      }
+      for (int i = 0; i < 2000; ++i) acc = (acc + vars[static_cast<size_t>(i % 17)] * (i % 5)) % 1000003;
       results[static_cast<size_t>(t)] = acc;
     });
   }
@@ -686,7 +692,11 @@ TEST(ExpressionC, EmittedCMatchesEval) {
   }
   std::ostringstream src;
   src << Expression::c_prelude() << "\n#include <stdio.h>\n";
-  auto rename = [](const std::string& n) { return "v_" + n; };
+  auto rename = [](const std::string& n) {
+    std::string r = "v_";
+    r += n;
+    return r;
+  };
   for (size_t i = 0; i < fns.size(); ++i)
     src << "static long long f" << i << "(long long v_a, long long v_b, long long v_seq, long long v_z) {\n"
         << "  (void)v_a; (void)v_b; (void)v_seq; (void)v_z;\n  return " << fns[i].to_c(rename) << ";\n}\n";
