@@ -96,7 +96,20 @@ void register_view_primitives(EGraph& g) {
                 std::equal(shape.begin(), shape.end(), v.shape().begin());
     return Value::boolean(same);
   });
-  // (dtype-wider ?a ?b): casting ?a -> ?b -> ?a is lossless.
+  // (empty-shape): the shape of a scalar, for building Constants in actions.
+  g.register_primitive("empty-shape", [](std::span<const Value> a) -> std::optional<Value> {
+    if (!a.empty()) return std::nullopt;
+    return Value::expr_list({});
+  });
+  // (broadcast-view ?shape): a scalar read at every element of ?shape.
+  g.register_primitive("broadcast-view", [](std::span<const Value> a) -> std::optional<Value> {
+    if (a.size() != 1 || a[0].kind() != ValueKind::ExprList) return std::nullopt;
+    ShapeTracker v = ShapeTracker::contiguous({});
+    auto shape = a[0].as_expr_list();
+    for (size_t d = 0; d < shape.size(); ++d) v = v.insert_broadcast(static_cast<int>(d), shape[d]);
+    return encode_view(v);
+  });
+  // (cast-roundtrips ?a ?b): casting ?a -> ?b -> ?a is lossless.
   g.register_primitive("cast-roundtrips", [](std::span<const Value> a) -> std::optional<Value> {
     if (a.size() != 2 || a[0].kind() != ValueKind::String || a[1].kind() != ValueKind::String) return std::nullopt;
     DType from = parse_dtype(a[0].as_string()), via = parse_dtype(a[1].as_string());
