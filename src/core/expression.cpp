@@ -1308,11 +1308,15 @@ void print(std::ostream& os, const ExprNode* n) {
       }
       os << ')';
       return;
-    case ExprKind::Not:
-      os << "!(";
+    case ExprKind::Not: {
+      ExprKind k = n->kids[0].node()->kind;
+      bool bracketed = k == ExprKind::Lt || k == ExprKind::Eq || k == ExprKind::And || k == ExprKind::Or ||
+                       k == ExprKind::Add || k == ExprKind::Not || k == ExprKind::Var;
+      os << (bracketed ? "!" : "!(");
       print(os, n->kids[0].node());
-      os << ')';
+      if (!bracketed) os << ')';
       return;
+    }
   }
 }
 
@@ -1337,7 +1341,6 @@ void emit_c(std::ostream& os, const ExprNode* n, const std::function<std::string
         kid(i);
         os << ')';
       }
-      if (n->kids.size() == 1) return;
       return;
     }
     case ExprKind::Div:

@@ -265,6 +265,10 @@ TEST(Simplify, DivModRules) {
   // Common factors.
   EXPECT_EQ((x * 4 + 2) / 8, (x * 2 + 1) / 4);
   EXPECT_EQ((x * 6) / 4, (x * 3) / 2);
+  EXPECT_EQ((x * 4 + 2) % 8, ((x * 2 + 1) % 4) * 2);
+  EXPECT_EQ((x % 12 + V("y")) % 4, (x + V("y")) % 4);
+  EXPECT_EQ((x * 3 + 5) % 3, Expression(2));
+  EXPECT_EQ(ceil_div(x, 4), (x + 3) / 4);
   // Negative divisor normalised to a positive one.
   EXPECT_EQ(x / -4, (-x) / 4);
   // Symbolic divisors.
@@ -366,6 +370,8 @@ TEST(Expression, ToStringIsReadable) {
   EXPECT_EQ((seq - 1).to_string(), "(seq - 1)");
   EXPECT_EQ(min(seq, Expression(8)).to_string(), "min(seq, 8)");
   EXPECT_EQ((seq * (z / 4)).to_string(), "seq*(z/4)");
+  EXPECT_EQ(ne(seq, 3).to_string(), "!(seq == 3)");
+  EXPECT_EQ(logical_and(lt(z, 4), lt(seq, 2)).to_string(), "((seq < 2) && (z < 4))");
   std::ostringstream os;
   os << (seq + 1);
   EXPECT_EQ(os.str(), "(seq + 1)");
@@ -479,7 +485,8 @@ struct Gen {
   }
 
   DimMap assignment() {
-    return {{"a", uni(0, 50)}, {"b", uni(0, 50)}, {"seq", uni(0, 50)}, {"z", uni(0, 50)}};
+    static const int64_t vmax = std::getenv("LUMINAL_EXPR_FUZZ_VMAX") ? std::atoll(std::getenv("LUMINAL_EXPR_FUZZ_VMAX")) : 50;
+    return {{"a", uni(0, vmax)}, {"b", uni(0, vmax)}, {"seq", uni(0, vmax)}, {"z", uni(0, vmax)}};
   }
 };
 
