@@ -277,6 +277,15 @@ TEST(Simplify, DivModRules) {
   EXPECT_EQ((x * s + z % s) / s, x);
   EXPECT_EQ((x * s + 3) % s, Expression(3) % s);
   EXPECT_EQ((z % s) % s, z % s);
+  Expression t = V("t");
+  EXPECT_EQ((z / s) / t, z / (s * t));
+  EXPECT_EQ((z / t) / s, z / (s * t));
+  EXPECT_EQ((z / 4) / s, z / (s * 4));
+  EXPECT_EQ((z / s) / 4, z / (s * 4));
+  EXPECT_EQ((z % (s * t)) / t, (z / t) % s);
+  EXPECT_EQ((z % (s * t)) % t, z % t);
+  EXPECT_EQ((z % (s * 8)) % 4, z % 4);
+  EXPECT_EQ((z % (s * 8)) / 4, (z / 4) % (s * 2));
   // Bounds of div/mod.
   EXPECT_EQ((z % 4).lower_bound(), 0);
   EXPECT_EQ((z % 4).upper_bound(), 3);
@@ -307,6 +316,13 @@ TEST(Simplify, ViewIdentities) {
   // Scaled merge inside a larger sum: 2*((z/4)*4 + z%4) + seq -> 2*z + seq
   EXPECT_EQ(((z / 4) * 4 + z % 4) * 2 + seq, z * 2 + seq);
   // Merge via substitution of an index expression into a view.
+  // Symbolic multi-level merge: [x, y] dims flattened then split again.
+  Expression y = V("y");
+  EXPECT_EQ((z / (x * y)) * (x * y) + ((z / y) % x) * y + z % y, z);
+  EXPECT_EQ(z % y + y * ((z / y) % x) + (z / (x * y)) * x * y, z);
+  EXPECT_EQ(((z / y) % x) * y + z % y, z % (x * y));
+  EXPECT_EQ(((z / 4) % 3) * 4 + z % 4, z % 12);
+  EXPECT_EQ(((z / 4) % 3) * 8 + (z % 4) * 2 + seq, (z % 12) * 2 + seq);
   Expression split = (Expression::index() / 4) * 4 + Expression::index() % 4;
   EXPECT_EQ(split, z);
   Expression reshaped = (z / 6) * 6 + ((z % 6) / 2) * 2 + z % 2;
@@ -570,6 +586,14 @@ struct ViewGen {
       return Expression::raw(k, v);
     };
     auto [xr, xb] = gen(depth - 1);
+    auto divisor = [&]() -> Expression {
+      switch (uni(0, 5)) {
+        case 0: return Expression::var("seq");
+        case 1: return Expression::var("a");
+        case 2: return Expression::var("a") * uni(1, 4);
+        default: return num(1, 12);
+      }
+    };
     switch (uni(0, 8)) {
       case 0: {
         auto [yr, yb] = gen(depth - 1);
@@ -580,15 +604,15 @@ struct ViewGen {
         return {raw2(ExprKind::Mul, xr, c), xb * c};
       }
       case 2: {
-        Expression c = num(1, 12);
+        Expression c = divisor();
         return {raw2(ExprKind::Div, xr, c), xb / c};
       }
       case 3: {
-        Expression c = num(1, 12);
+        Expression c = divisor();
         return {raw2(ExprKind::Mod, xr, c), xb % c};
       }
       case 4: {
-        Expression c = num(1, 8);
+        Expression c = divisor();
         Expression r = raw2(ExprKind::Add, raw2(ExprKind::Mul, raw2(ExprKind::Div, xr, c), c), raw2(ExprKind::Mod, xr, c));
         return {r, (xb / c) * c + xb % c};
       }
@@ -633,7 +657,7 @@ TEST(SimplifyFuzz, ViewLikeExpressions) {
     Expression c(g.uni(1, 8));
     if ((s / c) * c + s % c == s) ++merged;
     for (int j = 0; j < 20; ++j) {
-      DimMap d{{"a", g.uni(0, 30)}, {"seq", g.uni(0, 30)}, {"z", g.uni(0, 200)}};
+      DimMap d{{"a", g.uni(0, 12)}, {"seq", g.uni(0, 30)}, {"z", g.uni(0, 400)}};
       auto rv = raw.try_eval(d);
       if (!rv) continue;
       auto sv = s.try_eval(d);
