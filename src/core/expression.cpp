@@ -403,6 +403,54 @@ Expression finish(ExprKind kind, const std::vector<Expression>& kids) {
   return e;
 }
 
+// ---- memo of binary builder results ----
+// Builders are pure functions of their (canonical, interned) arguments, so their results
+// can be cached by argument identity; views rebuild the same expressions very often.
+enum class MemoOp : uint8_t { Add, Sub, Mul, Div, Mod, Min, Max, CeilDiv, Lt, Eq };
+
+class BuildMemo {
+ public:
+  template <class F>
+  Expression get(MemoOp op, const Expression& a, const Expression& b, F&& compute) {
+    Key k{a.node(), b.node(), op};
+    Shard& s = shards_[mix64(reinterpret_cast<uintptr_t>(k.a) * 31 + reinterpret_cast<uintptr_t>(k.b)) % kShards];
+    {
+      std::lock_guard<std::mutex> lock(s.mu);
+      auto it = s.map.find(k);
+      if (it != s.map.end()) return it->second;
+    }
+    Expression r = compute();
+    std::lock_guard<std::mutex> lock(s.mu);
+    s.map.emplace(k, r);
+    return r;
+  }
+
+ private:
+  struct Key {
+    const ExprNode* a;
+    const ExprNode* b;
+    MemoOp op;
+    bool operator==(const Key& o) const { return a == o.a && b == o.b && op == o.op; }
+  };
+  struct KeyHash {
+    size_t operator()(const Key& k) const {
+      return static_cast<size_t>(mix64(reinterpret_cast<uintptr_t>(k.a) ^ (reinterpret_cast<uintptr_t>(k.b) << 1) ^
+                                       static_cast<uint64_t>(k.op)));
+    }
+  };
+  struct Shard {
+    std::mutex mu;
+    std::unordered_map<Key, Expression, KeyHash> map;
+  };
+  static constexpr size_t kShards = 16;
+  Shard shards_[kShards];
+};
+
+BuildMemo& memo() {
+  static BuildMemo* m = new BuildMemo();  // never freed, like the nodes it refers to
+  return *m;
+}
+
 // ---- builders (all arguments must be canonical) ----
 Expression b_add(std::vector<Expression> xs);
 Expression b_mul(std::vector<Expression> xs);
@@ -664,7 +712,7 @@ std::optional<Expression> strip_factor(const Expression& t, const Expression& f)
   return b_mul(std::move(rest));
 }
 
-Expression b_div(const Expression& a, const Expression& b) {
+Expression b_div_impl(const Expression& a, const Expression& b) {
   auto bc = const_of(b);
   auto ac = const_of(a);
   if (bc) {
@@ -755,7 +803,7 @@ Expression b_div(const Expression& a, const Expression& b) {
   return finish(ExprKind::Div, {a, b});
 }
 
-Expression b_mod(const Expression& a, const Expression& b) {
+Expression b_mod_impl(const Expression& a, const Expression& b) {
   auto bc = const_of(b);
   auto ac = const_of(a);
   if (bc) {
@@ -828,6 +876,13 @@ Expression b_mod(const Expression& a, const Expression& b) {
     return b_mod(b_add(std::move(r)), b);
   }
   return finish(ExprKind::Mod, {a, b});
+}
+
+Expression b_div(const Expression& a, const Expression& b) {
+  return memo().get(MemoOp::Div, a, b, [&] { return b_div_impl(a, b); });
+}
+Expression b_mod(const Expression& a, const Expression& b) {
+  return memo().get(MemoOp::Mod, a, b, [&] { return b_mod_impl(a, b); });
 }
 
 Expression b_ceildiv(const Expression& a, const Expression& b) {
@@ -1506,21 +1561,45 @@ size_t Expression::hash() const { return node_->hash; }
 bool operator<(const Expression& a, const Expression& b) { return compare(a, b) < 0; }
 
 // ---- operators (always canonicalise) ----
-Expression operator+(const Expression& a, const Expression& b) { return b_add({canon(a), canon(b)}); }
-Expression operator-(const Expression& a, const Expression& b) { return b_sub(canon(a), canon(b)); }
-Expression operator-(const Expression& a) { return b_neg(canon(a)); }
-Expression operator*(const Expression& a, const Expression& b) { return b_mul({canon(a), canon(b)}); }
+namespace {
+template <class F>
+Expression memo2(MemoOp op, const Expression& a, const Expression& b, F&& f) {
+  Expression x = canon(a), y = canon(b);
+  return memo().get(op, x, y, [&] { return f(x, y); });
+}
+}  // namespace
+
+Expression operator+(const Expression& a, const Expression& b) {
+  return memo2(MemoOp::Add, a, b, [](const Expression& x, const Expression& y) { return b_add({x, y}); });
+}
+Expression operator-(const Expression& a, const Expression& b) {
+  return memo2(MemoOp::Sub, a, b, [](const Expression& x, const Expression& y) { return b_sub(x, y); });
+}
+Expression operator-(const Expression& a) { return a * Expression(-1); }
+Expression operator*(const Expression& a, const Expression& b) {
+  return memo2(MemoOp::Mul, a, b, [](const Expression& x, const Expression& y) { return b_mul({x, y}); });
+}
 Expression operator/(const Expression& a, const Expression& b) { return b_div(canon(a), canon(b)); }
 Expression operator%(const Expression& a, const Expression& b) { return b_mod(canon(a), canon(b)); }
-Expression min(const Expression& a, const Expression& b) { return b_minmax(ExprKind::Min, {canon(a), canon(b)}); }
-Expression max(const Expression& a, const Expression& b) { return b_minmax(ExprKind::Max, {canon(a), canon(b)}); }
-Expression ceil_div(const Expression& a, const Expression& b) { return b_ceildiv(canon(a), canon(b)); }
-Expression lt(const Expression& a, const Expression& b) { return b_lt(canon(a), canon(b)); }
-Expression le(const Expression& a, const Expression& b) { return b_lt(canon(a), b_add({canon(b), num(1)})); }
-Expression gt(const Expression& a, const Expression& b) { return b_lt(canon(b), canon(a)); }
-Expression ge(const Expression& a, const Expression& b) { return b_lt(canon(b), b_add({canon(a), num(1)})); }
-Expression eq(const Expression& a, const Expression& b) { return b_eq(canon(a), canon(b)); }
-Expression ne(const Expression& a, const Expression& b) { return b_not(b_eq(canon(a), canon(b))); }
+Expression min(const Expression& a, const Expression& b) {
+  return memo2(MemoOp::Min, a, b, [](const Expression& x, const Expression& y) { return b_minmax(ExprKind::Min, {x, y}); });
+}
+Expression max(const Expression& a, const Expression& b) {
+  return memo2(MemoOp::Max, a, b, [](const Expression& x, const Expression& y) { return b_minmax(ExprKind::Max, {x, y}); });
+}
+Expression ceil_div(const Expression& a, const Expression& b) {
+  return memo2(MemoOp::CeilDiv, a, b, [](const Expression& x, const Expression& y) { return b_ceildiv(x, y); });
+}
+Expression lt(const Expression& a, const Expression& b) {
+  return memo2(MemoOp::Lt, a, b, [](const Expression& x, const Expression& y) { return b_lt(x, y); });
+}
+Expression le(const Expression& a, const Expression& b) { return lt(a, b + Expression(1)); }
+Expression gt(const Expression& a, const Expression& b) { return lt(b, a); }
+Expression ge(const Expression& a, const Expression& b) { return lt(b, a + Expression(1)); }
+Expression eq(const Expression& a, const Expression& b) {
+  return memo2(MemoOp::Eq, a, b, [](const Expression& x, const Expression& y) { return b_eq(x, y); });
+}
+Expression ne(const Expression& a, const Expression& b) { return b_not(eq(a, b)); }
 Expression logical_and(const Expression& a, const Expression& b) {
   return b_logic(ExprKind::And, {canon(a), canon(b)});
 }

@@ -797,7 +797,7 @@ TEST(ExpressionPerf, BuildingViewExpressionsIsFast) {
   Expression z = Z(), seq = V("seq");
   int64_t sink = 0;
   for (int i = 0; i < 20000; ++i) {
-    Expression e = ((z / (i % 7 + 1)) % 5) * seq + (z % (i % 7 + 1)) * 3 + (i % 11);
+    Expression e = ((z / (i % 7 + 1)) % 5) * seq + (z % (i % 7 + 1)) * 3 + i;  // + i: mostly new nodes
     Expression m = (e / 4) * 4 + e % 4;
     sink += static_cast<int64_t>(m.hash() & 1);
   }
