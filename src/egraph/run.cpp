@@ -125,10 +125,12 @@ static void term_vars(const Rule& r, uint32_t t, std::vector<int>& out) {
 
 // Plan for seed atom `seed`: scan the seed's table first, then repeatedly take the
 // remaining atom reachable through the most selective index (its class bound, a
-// child bound, all function inputs bound), ties to the lowest atom index; each guard
+// child bound, all function inputs bound), ties to the smallest table (sizes[a], the
+// current row count) then the lowest atom index; each guard
 // runs as soon as its variables are bound. Atoms before the seed only see rows older
 // than the last search, the seed only newer rows: every new match is found exactly once.
-static std::vector<PlanStep> plan_for_seed(const EGraph& g, const Rule& r, size_t seed) {
+static std::vector<PlanStep> plan_for_seed(const EGraph& g, const Rule& r, size_t seed,
+                                           const std::vector<size_t>& sizes) {
   std::vector<PlanStep> steps;
   std::vector<bool> bound(r.vars.size(), false), atom_done(r.atoms.size(), false),
       guard_done(r.guards.size(), false);
@@ -170,6 +172,7 @@ static std::vector<PlanStep> plan_for_seed(const EGraph& g, const Rule& r, size_
   add_atom(seed, PlanStep::Kind::Scan, -1);
   for (size_t k = 1; k < r.atoms.size(); ++k) {
     int best = -1, best_score = -1, best_key = -1;
+    size_t best_size = SIZE_MAX;
     PlanStep::Kind best_kind = PlanStep::Kind::Scan;
     for (size_t a = 0; a < r.atoms.size(); ++a) {
       if (atom_done[a]) continue;
@@ -192,7 +195,10 @@ static std::vector<PlanStep> plan_for_seed(const EGraph& g, const Rule& r, size_
           }
         (void)info;
       }
-      if (score > best_score) best = static_cast<int>(a), best_score = score, best_kind = kind, best_key = key;
+      if (score > best_score || (score == best_score && sizes[a] < best_size)) {
+        best = static_cast<int>(a), best_score = score, best_kind = kind, best_key = key;
+        best_size = sizes[a];
+      }
     }
     add_atom(static_cast<size_t>(best), best_kind, best_key);
   }
@@ -230,8 +236,9 @@ void EGraph::add_rule(Rule rule) {
     if (act.kind == Action::Kind::Let) bound[act.var] = true;
   }
   RuleState state;
+  std::vector<size_t> sizes(rule.atoms.size(), 0);
   for (size_t s = 0; s < std::max<size_t>(rule.atoms.size(), 1); ++s)
-    state.plans.push_back(plan_for_seed(*this, rule, s));
+    state.plans.push_back(plan_for_seed(*this, rule, s, sizes));
   // A guard whose variables no atom binds cannot be placed (e.g. a cycle of binds).
   size_t guards_placed = 0;
   for (const PlanStep& st : state.plans[0]) guards_placed += st.kind == PlanStep::Kind::Guard;
@@ -316,11 +323,11 @@ class Matcher {
       case PlanStep::Kind::ByClass: {
         const Atom& atom = rule_.atoms[st.index];
         ClassId c = env_[atom.vars[0]].as_class();
-        const auto& nodes = g_.classes_[c].nodes;
-        for (size_t k = 0; k < nodes.size(); ++k) {
-          const ENode& e = g_.nodes_[nodes[k]];
-          if (e.op != atom.id || e.flags || !stamp_ok(st.filter, e.stamp)) continue;
-          if (!try_node(i, st, nodes[k])) return false;
+        auto [lo, hi] = g_.op_range(g_.classes_[c].nodes, atom.id);
+        for (const NodeId* p = lo; p != hi; ++p) {
+          const ENode& e = g_.nodes_[*p];
+          if (e.flags || !stamp_ok(st.filter, e.stamp)) continue;
+          if (!try_node(i, st, *p)) return false;
         }
         return true;
       }
@@ -328,12 +335,12 @@ class Matcher {
         const Atom& atom = rule_.atoms[st.index];
         ClassId c = env_[atom.vars[st.key]].as_class();
         uint32_t child = g_.ops_[atom.id].slot[st.key - 1];
-        const auto& parents = g_.classes_[c].parents;
-        for (size_t k = 0; k < parents.size(); ++k) {
-          const ENode& e = g_.nodes_[parents[k]];
-          if (e.op != atom.id || e.flags || !stamp_ok(st.filter, e.stamp)) continue;
+        auto [lo, hi] = g_.op_range(g_.classes_[c].parents, atom.id);
+        for (const NodeId* p = lo; p != hi; ++p) {
+          const ENode& e = g_.nodes_[*p];
+          if (e.flags || !stamp_ok(st.filter, e.stamp)) continue;
           if (g_.child_store_[e.children + child] != c) continue;
-          if (!try_node(i, st, parents[k])) return false;
+          if (!try_node(i, st, *p)) return false;
         }
         return true;
       }
@@ -387,25 +394,30 @@ class Matcher {
   size_t count_ = 0;
 };
 
-size_t EGraph::search_rule(uint32_t r, size_t limit, std::vector<Value>& matches) {
+size_t EGraph::search_rule(uint32_t r, size_t limit, bool naive, std::vector<Value>& matches) {
   const Rule& rule = rules_[r];
   RuleState& state = rule_state_[r];
   if (rule.atoms.empty()) {  // a fact-free rule fires once
     if (state.since != 0) return 0;
     return Matcher(*this, rule, state.plans[0], true, 0, limit, matches).run();
   }
-  if (state.since == 0) {
+  // Plans are re-made from the current table sizes (never frozen on empty tables).
+  std::vector<size_t> sizes(rule.atoms.size());
+  for (size_t a = 0; a < rule.atoms.size(); ++a) {
+    const Atom& atom = rule.atoms[a];
+    sizes[a] = atom.is_function ? funcs_[atom.id].rows.size() : op_log_[atom.id].size();
+  }
+  if (state.since == 0 || naive) {
     // First search: no old rows, one full join seeded at the smallest table.
-    size_t seed = 0, best = SIZE_MAX;
-    for (size_t a = 0; a < rule.atoms.size(); ++a) {
-      const Atom& atom = rule.atoms[a];
-      size_t size = atom.is_function ? funcs_[atom.id].rows.size() : op_log_[atom.id].size();
-      if (size < best) best = size, seed = a;
-    }
+    size_t seed = std::min_element(sizes.begin(), sizes.end()) - sizes.begin();
+    if (sizes[seed] == 0) return 0;
+    state.plans[seed] = plan_for_seed(*this, rule, seed, sizes);
     return Matcher(*this, rule, state.plans[seed], true, 0, limit, matches).run();
   }
   size_t total = 0;
   for (size_t seed = 0; seed < rule.atoms.size(); ++seed) {
+    if (sizes[seed] == 0) return 0;  // an empty table: no match at all
+    state.plans[seed] = plan_for_seed(*this, rule, seed, sizes);
     total += Matcher(*this, rule, state.plans[seed], false, state.since, limit - std::min(limit, total), matches).run();
     if (total > limit) break;
   }
@@ -630,7 +642,7 @@ struct RunState {
       auto& st = g.rule_state_[r];
       size_t limit = opt.backoff ? opt.match_limit << std::min<size_t>(st.times_banned, 40) : SIZE_MAX;
       auto t0 = Clock::now();
-      size_t n = g.search_rule(r, limit, matches[k]);
+      size_t n = g.search_rule(r, limit, opt.naive, matches[k]);
       double dt = seconds_since(t0);
       rules[r].search_s += dt;
       report.search_s += dt;
