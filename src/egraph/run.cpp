@@ -236,6 +236,21 @@ void EGraph::add_rule(Rule rule) {
     if (act.kind == Action::Kind::Let) bound[act.var] = true;
   }
   RuleState state;
+  {
+    std::vector<int> used;
+    for (const Action& act : rule.actions) {
+      term_vars(rule, act.a, used);
+      if (act.kind == Action::Kind::Union || act.kind == Action::Kind::Set) term_vars(rule, act.b, used);
+    }
+    std::sort(used.begin(), used.end());
+    used.erase(std::unique(used.begin(), used.end()), used.end());
+    for (int v : used) {
+      bool is_let = std::any_of(rule.actions.begin(), rule.actions.end(), [&](const Action& a) {
+        return a.kind == Action::Kind::Let && a.var == v;
+      });
+      if (!is_let) state.keep.push_back(v);
+    }
+  }
   std::vector<size_t> sizes(rule.atoms.size(), 0);
   for (size_t s = 0; s < std::max<size_t>(rule.atoms.size(), 1); ++s)
     state.plans.push_back(plan_for_seed(*this, rule, s, sizes));
@@ -255,9 +270,9 @@ void EGraph::add_rule(Rule rule) {
 class Matcher {
  public:
   Matcher(EGraph& g, const Rule& rule, const std::vector<PlanStep>& plan, bool full,
-          uint32_t since, size_t limit, std::vector<Value>& out)
-      : g_(g), rule_(rule), plan_(plan), full_(full), since_(since), limit_(limit), out_(out),
-        env_(rule.vars.size()) {}
+          uint32_t since, size_t limit, const std::vector<int>& keep, std::vector<Value>& out)
+      : g_(g), rule_(rule), plan_(plan), full_(full), since_(since), limit_(limit), keep_(keep),
+        out_(out), env_(rule.vars.size()) {}
 
   size_t run() {
     step(0);
@@ -275,7 +290,7 @@ class Matcher {
     if (i == plan_.size()) {
       ++count_;
       if (count_ > limit_) return false;
-      out_.insert(out_.end(), env_.begin(), env_.end());
+      for (int v : keep_) out_.push_back(env_[v]);
       return true;
     }
     const PlanStep& st = plan_[i];
@@ -389,6 +404,7 @@ class Matcher {
   bool full_;
   uint32_t since_;
   size_t limit_;
+  const std::vector<int>& keep_;
   std::vector<Value>& out_;
   std::vector<Value> env_;
   size_t count_ = 0;
@@ -399,7 +415,7 @@ size_t EGraph::search_rule(uint32_t r, size_t limit, bool naive, std::vector<Val
   RuleState& state = rule_state_[r];
   if (rule.atoms.empty()) {  // a fact-free rule fires once
     if (state.since != 0) return 0;
-    return Matcher(*this, rule, state.plans[0], true, 0, limit, matches).run();
+    return Matcher(*this, rule, state.plans[0], true, 0, limit, state.keep, matches).run();
   }
   // Plans are re-made from the current table sizes (never frozen on empty tables).
   std::vector<size_t> sizes(rule.atoms.size());
@@ -412,13 +428,13 @@ size_t EGraph::search_rule(uint32_t r, size_t limit, bool naive, std::vector<Val
     size_t seed = std::min_element(sizes.begin(), sizes.end()) - sizes.begin();
     if (sizes[seed] == 0) return 0;
     state.plans[seed] = plan_for_seed(*this, rule, seed, sizes);
-    return Matcher(*this, rule, state.plans[seed], true, 0, limit, matches).run();
+    return Matcher(*this, rule, state.plans[seed], true, 0, limit, state.keep, matches).run();
   }
   size_t total = 0;
   for (size_t seed = 0; seed < rule.atoms.size(); ++seed) {
     if (sizes[seed] == 0) return 0;  // an empty table: no match at all
     state.plans[seed] = plan_for_seed(*this, rule, seed, sizes);
-    total += Matcher(*this, rule, state.plans[seed], false, state.since, limit - std::min(limit, total), matches).run();
+    total += Matcher(*this, rule, state.plans[seed], false, state.since, limit - std::min(limit, total), state.keep, matches).run();
     if (total > limit) break;
   }
   return total;
@@ -514,11 +530,12 @@ bool EGraph::run_action(const Rule& rule, const Action& act, std::vector<Value>&
 size_t EGraph::apply_rule(uint32_t r, const std::vector<Value>& matches, size_t count,
                           size_t node_limit) {
   const Rule& rule = rules_[r];
-  size_t width = rule.vars.size(), applied = 0;
-  std::vector<Value> env;
+  const std::vector<int>& keep = rule_state_[r].keep;
+  size_t width = keep.size(), applied = 0;
+  std::vector<Value> env(rule.vars.size());
   for (size_t m = 0; m < count; ++m) {
     if (live_nodes_ > node_limit) break;
-    env.assign(matches.begin() + m * width, matches.begin() + (m + 1) * width);
+    for (size_t k = 0; k < width; ++k) env[keep[k]] = matches[m * width + k];
     uint64_t before = version_;
     for (const Action& act : rule.actions)
       if (!run_action(rule, act, env)) break;
@@ -635,19 +652,19 @@ struct RunState {
       }
       members.push_back(r);
     }
-    std::vector<std::vector<Value>> matches(members.size());
     std::vector<size_t> counts(members.size(), 0);
     for (size_t k = 0; k < members.size(); ++k) {
       uint32_t r = members[k];
       auto& st = g.rule_state_[r];
       size_t limit = opt.backoff ? opt.match_limit << std::min<size_t>(st.times_banned, 40) : SIZE_MAX;
       auto t0 = Clock::now();
-      size_t n = g.search_rule(r, limit, opt.naive, matches[k]);
+      st.matches.clear();
+      size_t n = g.search_rule(r, limit, opt.naive, st.matches);
       double dt = seconds_since(t0);
       rules[r].search_s += dt;
       report.search_s += dt;
       if (n > limit) {  // egg's BackoffScheduler: drop the matches, ban, double both
-        matches[k].clear();
+        st.matches.clear();
         st.banned_until = iter + (opt.ban_length << std::min<size_t>(st.times_banned, 40));
         ++st.times_banned;
         ++rules[r].times_banned;
@@ -660,11 +677,14 @@ struct RunState {
       if (over_time()) break;
     }
     auto t1 = Clock::now();
+    bool cut = false;  // the node budget ran out mid-apply: stop after this iteration
     for (size_t k = 0; k < members.size(); ++k) {
+      cut |= g.live_nodes_ > opt.node_limit;
       auto t0 = Clock::now();
-      rules[members[k]].applications += g.apply_rule(members[k], matches[k], counts[k], opt.node_limit);
+      rules[members[k]].applications += g.apply_rule(members[k], g.rule_state_[members[k]].matches, counts[k], opt.node_limit);
       rules[members[k]].apply_s += seconds_since(t0);
     }
+    cut |= g.live_nodes_ > opt.node_limit;
     report.apply_s += seconds_since(t1);
     auto t2 = Clock::now();
     g.rebuild();
@@ -677,7 +697,7 @@ struct RunState {
       changed = true;
     }
     last_changed = changed;
-    if (g.live_nodes_ > opt.node_limit) stop = StopReason::NodeLimit;
+    if (cut || g.live_nodes_ > opt.node_limit) stop = StopReason::NodeLimit;
     else if (over_time()) stop = StopReason::TimeLimit;
     return changed;
   }

@@ -213,6 +213,8 @@ class EGraph {
   struct RuleState {
     uint32_t since = 0;                    // stamp of the last completed search
     std::vector<std::vector<PlanStep>> plans;   // one per seed atom
+    std::vector<int> keep;                 // the variables actions read: what a match stores
+    std::vector<Value> matches;            // reused between iterations
     size_t times_banned = 0, banned_until = 0;
     RuleReport report;
   };
