@@ -257,8 +257,12 @@ ClassId EGraph::add(OpId op, std::span<const Value> args) {
   child_store_.insert(child_store_.end(), ch, ch + info.num_children);
   payload_store_.insert(payload_store_.end(), pl, pl + info.num_payloads);
   classes_[cls].nodes.push_back(n);
+  classes_[cls].nodes_sorted = 1;
   for (uint32_t i = 0; i < info.num_children; ++i)
-    if (std::find(ch, ch + i, ch[i]) == ch + i) classes_[ch[i]].parents.push_back(n);
+    if (std::find(ch, ch + i, ch[i]) == ch + i) {
+      classes_[ch[i]].parents.push_back(n);
+      dirty_classes_.push_back(ch[i]);
+    }
   op_log_[op].emplace_back(clock_, n);
   memo_insert(n, h);
   ++live_nodes_;
@@ -349,13 +353,32 @@ void EGraph::remove(NodeId n) {
   ++version_;
 }
 
+// Sorts the unsorted tail of a node list, merges it into the sorted prefix, and drops
+// dead and duplicate entries: O(n + t log t) for a tail of t new entries.
+static void sort_node_list(std::vector<NodeId>& list, uint32_t& sorted, const std::vector<ENode>& nodes) {
+  auto less = [&](NodeId a, NodeId b) { return nodes[a].op != nodes[b].op ? nodes[a].op < nodes[b].op : a < b; };
+  if (sorted < list.size()) {
+    std::sort(list.begin() + sorted, list.end(), less);
+    std::inplace_merge(list.begin(), list.begin() + sorted, list.end(), less);
+  }
+  list.erase(std::unique(list.begin(), list.end()), list.end());
+  list.erase(std::remove_if(list.begin(), list.end(), [&](NodeId n) { return (nodes[n].flags & kDead) != 0; }),
+             list.end());
+  sorted = static_cast<uint32_t>(list.size());
+}
+
 void EGraph::compact_class(ClassId c) {
   EClassData& d = classes_[c];
-  auto dead = [&](NodeId n) { return (nodes_[n].flags & kDead) != 0; };
-  d.nodes.erase(std::remove_if(d.nodes.begin(), d.nodes.end(), dead), d.nodes.end());
-  d.parents.erase(std::remove_if(d.parents.begin(), d.parents.end(), dead), d.parents.end());
-  std::sort(d.parents.begin(), d.parents.end());
-  d.parents.erase(std::unique(d.parents.begin(), d.parents.end()), d.parents.end());
+  sort_node_list(d.nodes, d.nodes_sorted, nodes_);
+  sort_node_list(d.parents, d.parents_sorted, nodes_);
+}
+
+std::pair<const NodeId*, const NodeId*> EGraph::op_range(const std::vector<NodeId>& list, OpId op) const {
+  const NodeId* b = list.data();
+  const NodeId* e = b + list.size();
+  const NodeId* lo = std::partition_point(b, e, [&](NodeId n) { return nodes_[n].op < op; });
+  const NodeId* hi = std::partition_point(lo, e, [&](NodeId n) { return nodes_[n].op <= op; });
+  return {lo, hi};
 }
 
 void EGraph::rebuild() {

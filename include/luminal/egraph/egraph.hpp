@@ -96,6 +96,7 @@ struct RunOptions {
   bool backoff = false;                // egg's BackoffScheduler
   size_t match_limit = 1000;           // backoff: initial match threshold
   size_t ban_length = 5;               // backoff: initial ban, in iterations
+  bool naive = false;                  // re-match everything each iteration (testing)
 };
 
 enum class StopReason {
@@ -193,10 +194,14 @@ class EGraph {
  private:
   friend class Loader;
   friend class Matcher;
+  // After rebuild() both lists are sorted by (operator, node id), so matching finds
+  // the nodes of one operator by binary search.
   struct EClassData {
     std::vector<NodeId> nodes;     // may hold dead entries until compacted
     std::vector<NodeId> parents;   // nodes that have this class as a child
+    uint32_t nodes_sorted = 0, parents_sorted = 0;  // length of the sorted prefix
   };
+  std::pair<const NodeId*, const NodeId*> op_range(const std::vector<NodeId>& list, OpId op) const;
   struct FunctionTable {
     FunctionInfo info;
     struct Row { uint32_t key; Value out; uint32_t stamp; bool live; };
@@ -208,6 +213,8 @@ class EGraph {
   struct RuleState {
     uint32_t since = 0;                    // stamp of the last completed search
     std::vector<std::vector<PlanStep>> plans;   // one per seed atom
+    std::vector<int> keep;                 // the variables actions read: what a match stores
+    std::vector<Value> matches;            // reused between iterations
     size_t times_banned = 0, banned_until = 0;
     RuleReport report;
   };
@@ -230,7 +237,7 @@ class EGraph {
   uint32_t function_row(FuncId f, std::span<const Value> args) const;
 
   // rules and runs (run.cpp)
-  size_t search_rule(uint32_t r, size_t limit, std::vector<Value>& matches);
+  size_t search_rule(uint32_t r, size_t limit, bool naive, std::vector<Value>& matches);
   size_t apply_rule(uint32_t r, const std::vector<Value>& matches, size_t count, size_t node_limit);
   std::optional<Value> eval_term(const Rule& rule, uint32_t t, std::vector<Value>& env, bool mutate);
   bool run_action(const Rule& rule, const Action& a, std::vector<Value>& env);
