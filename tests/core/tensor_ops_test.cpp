@@ -1,0 +1,172 @@
+// Indexing, sorting, cumulative, convolution and pooling ops of GraphTensor, run on the
+// reference runtime. Expected values were computed with PyTorch and pasted as literals.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <numeric>
+
+#include "luminal/luminal.hpp"
+
+using namespace luminal;
+
+namespace {
+ReferenceRuntime compile(const Graph& cx) { return cx.compile(ReferenceRuntime{}, CompileOptions{}); }
+
+std::vector<float> range_f(int n, float start = 0) {
+  std::vector<float> v(n);
+  std::iota(v.begin(), v.end(), start);
+  return v;
+}
+std::vector<int32_t> range_i(int n, int start = 0) {
+  std::vector<int32_t> v(n);
+  std::iota(v.begin(), v.end(), start);
+  return v;
+}
+}  // namespace
+
+// ---- gather / scatter / index_select / embedding / one_hot ----
+
+TEST(TensorOps, GatherAxis1) {
+  Graph cx;
+  auto x = cx.tensor({2, 3});
+  auto idx = cx.tensor({2, 2}, DType::I64);
+  auto y = x.gather(1, idx).output();
+  auto rt = compile(cx);
+  rt.set_data(x, {1.f, 2.f, 3.f, 4.f, 5.f, 6.f});
+  rt.set_data(idx, {0, 0, 2, 1});
+  rt.execute(cx.dim_map());
+  EXPECT_EQ(rt.get_f32(y), (std::vector<float>{1, 1, 6, 5}));
+}
+
+TEST(TensorOps, GatherIntTransposedInput) {
+  Graph cx;
+  auto base = cx.tensor({3, 2}, DType::I32);
+  auto idx = cx.tensor({2, 3}, DType::I32);
+  auto y = base.t().gather(0, idx).output();  // base.t() = [[0,2,4],[1,3,5]]
+  auto rt = compile(cx);
+  rt.set_data(base, range_i(6));
+  rt.set_data(idx, {1, 0, 1, 0, 0, 1});
+  rt.execute(cx.dim_map());
+  EXPECT_EQ(y.dtype(), DType::I32);
+  EXPECT_EQ(rt.get_i32(y), (std::vector<int32_t>{1, 2, 5, 0, 2, 5}));
+}
+
+TEST(TensorOps, GatherSymbolicRows) {
+  Graph cx;
+  auto seq = Expression::var("seq");
+  auto x = cx.tensor({seq, 4});
+  auto idx = cx.tensor({seq, 1}, DType::I32);
+  auto y = x.gather(-1, idx).output();
+  cx.set_dim("seq", 5);
+  auto rt = compile(cx);
+  rt.set_data(x, range_f(20));
+  rt.set_data(idx, {3, 2, 1, 0, 3});
+  rt.execute(cx.dim_map());
+  EXPECT_EQ(rt.get_f32(y), (std::vector<float>{3, 6, 9, 12, 19}));
+}
+
+TEST(TensorOps, ScatterUsesLeadingPartOfSrc) {
+  Graph cx;
+  auto dest = cx.constant(0).expand({3, 5});
+  auto idx = cx.tensor({1, 4}, DType::I64);
+  auto src = cx.tensor({2, 5});
+  auto y = dest.scatter(0, idx, src).output();
+  auto rt = compile(cx);
+  rt.set_data(idx, {0, 1, 2, 0});
+  rt.set_data(src, range_f(10, 1));
+  rt.execute(cx.dim_map());
+  EXPECT_EQ(rt.get_f32(y), (std::vector<float>{1, 0, 0, 4, 0, 0, 2, 0, 0, 0, 0, 0, 3, 0, 0}));
+}
+
+TEST(TensorOps, ScatterIntAxis1) {
+  Graph cx;
+  auto dest = cx.tensor({2, 3}, DType::I64);
+  auto idx = cx.tensor({2, 2}, DType::I64);
+  auto src = cx.tensor({2, 2}, DType::I64);
+  auto y = dest.scatter(1, idx, src).output();
+  auto rt = compile(cx);
+  rt.set_data(dest, range_i(6));
+  rt.set_data(idx, {2, 0, 1, 2});
+  rt.set_data(src, {10, 20, 30, 40});
+  rt.execute(cx.dim_map());
+  EXPECT_EQ(rt.get_i64(y), (std::vector<int64_t>{20, 1, 10, 3, 30, 40}));
+}
+
+TEST(TensorOps, IndexSelect) {
+  Graph cx;
+  auto x = cx.tensor({3, 4});
+  auto rows = cx.tensor({2}, DType::I32);
+  auto cols = cx.tensor({2}, DType::I64);
+  auto a = x.index_select(0, rows).output();
+  auto b = x.index_select(1, cols).output();
+  auto rt = compile(cx);
+  rt.set_data(x, range_f(12));
+  rt.set_data(rows, {2, 0});
+  rt.set_data(cols, {3, 1});
+  rt.execute(cx.dim_map());
+  EXPECT_EQ(rt.get_f32(a), (std::vector<float>{8, 9, 10, 11, 0, 1, 2, 3}));
+  EXPECT_EQ(rt.get_f32(b), (std::vector<float>{3, 1, 7, 5, 11, 9}));
+}
+
+TEST(TensorOps, IndexSelectSymbolic) {
+  Graph cx;
+  auto x = cx.tensor({Expression::var("seq"), 3});
+  auto cols = cx.tensor({2}, DType::I32);
+  auto y = x.index_select(1, cols).output();
+  auto rt = compile(cx);
+  rt.set_data(x, range_f(15));
+  rt.set_data(cols, {2, 0});
+  rt.execute({{"seq", 5}});
+  EXPECT_EQ(rt.get_f32(y), (std::vector<float>{2, 0, 5, 3, 8, 6, 11, 9, 14, 12}));
+}
+
+TEST(TensorOps, Embedding) {
+  Graph cx;
+  auto table = cx.tensor({5, 3});
+  auto ids = cx.tensor({2, 2}, DType::I32);
+  auto y = table.embedding(ids).output();
+  EXPECT_EQ(y.shape(), (Shape{2, 2, 3}));
+  auto rt = compile(cx);
+  rt.set_data(table, range_f(15));
+  rt.set_data(ids, {4, 0, 1, 1});
+  rt.execute(cx.dim_map());
+  EXPECT_EQ(rt.get_f32(y), (std::vector<float>{12, 13, 14, 0, 1, 2, 3, 4, 5, 3, 4, 5}));
+}
+
+TEST(TensorOps, EmbeddingSymbolicSequence) {
+  Graph cx;
+  auto table = cx.tensor({5, 3});
+  auto ids = cx.tensor({1, Expression::var("seq")}, DType::I64);
+  auto y = table.embedding(ids).output();
+  cx.set_dim("seq", 5);
+  auto rt = compile(cx);
+  rt.set_data(table, range_f(15));
+  rt.set_data(ids, {2, 4, 0, 1, 3});
+  rt.execute(cx.dim_map());
+  EXPECT_EQ(rt.get_f32(y), (std::vector<float>{6, 7, 8, 12, 13, 14, 0, 1, 2, 3, 4, 5, 9, 10, 11}));
+}
+
+TEST(TensorOps, OneHot) {
+  Graph cx;
+  auto x = cx.tensor({3}, DType::I32);
+  auto y = x.one_hot(3).output();
+  EXPECT_EQ(y.dtype(), DType::I64);
+  auto rt = compile(cx);
+  rt.set_data(x, {0, 2, 1});
+  rt.execute(cx.dim_map());
+  EXPECT_EQ(rt.get_i64(y), (std::vector<int64_t>{1, 0, 0, 0, 0, 1, 0, 1, 0}));
+}
+
+TEST(TensorOps, IndexingErrors) {
+  Graph cx;
+  auto x = cx.tensor({2, 3});
+  auto idx = cx.tensor({2, 2}, DType::I64);
+  EXPECT_THROW(x.gather(2, idx), Error);
+  EXPECT_THROW(x.gather(1, cx.tensor({2, 2})), Error);            // float index
+  EXPECT_THROW(x.gather(1, cx.tensor({3, 2}, DType::I64)), Error);  // too many rows
+  EXPECT_THROW(x.scatter(1, idx, cx.tensor({2, 1})), Error);       // src smaller than index
+  EXPECT_THROW(x.scatter(1, idx, cx.tensor({2})), Error);          // rank mismatch
+  EXPECT_THROW(x.index_select(0, idx), Error);                     // 2-D index
+  EXPECT_THROW(cx.tensor({2, 3, 4}).embedding(idx), Error);
+  EXPECT_THROW(x.one_hot(3), Error);
+}
