@@ -170,3 +170,86 @@ TEST(TensorOps, IndexingErrors) {
   EXPECT_THROW(cx.tensor({2, 3, 4}).embedding(idx), Error);
   EXPECT_THROW(x.one_hot(3), Error);
 }
+
+// ---- argmax / argmin / cumsum ----
+
+TEST(TensorOps, ArgmaxArgminFirstOccurrenceAndNaN) {
+  Graph cx;
+  auto x = cx.tensor({3, 4});
+  auto amax1 = x.argmax(1).output();
+  auto amin1 = x.argmin(-1).output();
+  auto amax0 = x.argmax(0, true).output();
+  auto amin0 = x.argmin(0).output();
+  EXPECT_EQ(amax0.shape(), (Shape{1, 4}));
+  EXPECT_EQ(amax1.dtype(), DType::I64);
+  auto rt = compile(cx);
+  rt.set_data(x, {1.f, 3.f, 3.f, -1.f, 2.f, 2.f, NAN, 5.f, 0.f, -4.f, -4.f, 0.f});
+  rt.execute(cx.dim_map());
+  EXPECT_EQ(rt.get_i64(amax1), (std::vector<int64_t>{1, 2, 0}));
+  EXPECT_EQ(rt.get_i64(amin1), (std::vector<int64_t>{3, 2, 1}));
+  EXPECT_EQ(rt.get_i64(amax0), (std::vector<int64_t>{1, 0, 1, 1}));
+  EXPECT_EQ(rt.get_i64(amin0), (std::vector<int64_t>{2, 2, 1, 0}));
+}
+
+TEST(TensorOps, ArgmaxIntAndTransposed) {
+  Graph cx;
+  auto x = cx.tensor({2, 3}, DType::I32);
+  auto a = x.argmax(1).output();
+  auto b = x.argmin(0).output();
+  auto c = x.t().argmax(0).output();
+  auto rt = compile(cx);
+  rt.set_data(x, {5, 1, 5, 0, 0, -2});
+  rt.execute(cx.dim_map());
+  EXPECT_EQ(rt.get_i64(a), (std::vector<int64_t>{0, 0}));
+  EXPECT_EQ(rt.get_i64(b), (std::vector<int64_t>{1, 1, 1}));
+  EXPECT_EQ(rt.get_i64(c), (std::vector<int64_t>{0, 0}));
+}
+
+TEST(TensorOps, Cumsum) {
+  Graph cx;
+  auto x = cx.tensor({3, 4});
+  auto c0 = x.cumsum(0).output();
+  auto c1 = x.cumsum(-1).output();
+  auto inf = cx.tensor({4});
+  auto ci = inf.cumsum(0).output();
+  auto rt = compile(cx);
+  rt.set_data(x, range_f(12));
+  rt.set_data(inf, {1.f, INFINITY, 2.f, -INFINITY});
+  rt.execute(cx.dim_map());
+  EXPECT_EQ(rt.get_f32(c0), (std::vector<float>{0, 1, 2, 3, 4, 6, 8, 10, 12, 15, 18, 21}));
+  EXPECT_EQ(rt.get_f32(c1), (std::vector<float>{0, 1, 3, 6, 4, 9, 15, 22, 8, 17, 27, 38}));
+  auto r = rt.get_f32(ci);
+  EXPECT_EQ(r[0], 1);
+  EXPECT_EQ(r[1], INFINITY);
+  EXPECT_EQ(r[2], INFINITY);
+  EXPECT_TRUE(std::isnan(r[3]));
+}
+
+TEST(TensorOps, CumsumIntTransposedIsI64) {
+  Graph cx;
+  auto x = cx.tensor({2, 3}, DType::I32);
+  auto y = x.t().cumsum(1).output();
+  EXPECT_EQ(y.dtype(), DType::I64);
+  auto rt = compile(cx);
+  rt.set_data(x, {1, 2, 3, 4, 5, 6});
+  rt.execute(cx.dim_map());
+  EXPECT_EQ(rt.get_i64(y), (std::vector<int64_t>{1, 5, 2, 7, 3, 9}));
+}
+
+TEST(TensorOps, CumsumSymbolic) {
+  Graph cx;
+  auto x = cx.tensor({Expression::var("seq"), 2});
+  auto y = x.cumsum(0).output();
+  auto rt = compile(cx);
+  rt.set_data(x, range_f(10));
+  rt.execute({{"seq", 5}});
+  EXPECT_EQ(rt.get_f32(y), (std::vector<float>{0, 1, 2, 4, 6, 9, 12, 16, 20, 25}));
+}
+
+TEST(TensorOps, ReduceErrors) {
+  Graph cx;
+  auto x = cx.tensor({2, 3});
+  EXPECT_THROW(x.argmax(2), Error);
+  EXPECT_THROW(x.argmin(-3), Error);
+  EXPECT_THROW(x.cumsum(5), Error);
+}
