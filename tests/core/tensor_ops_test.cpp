@@ -253,3 +253,76 @@ TEST(TensorOps, ReduceErrors) {
   EXPECT_THROW(x.argmin(-3), Error);
   EXPECT_THROW(x.cumsum(5), Error);
 }
+
+// ---- argsort / sort / topk ----
+
+TEST(TensorOps, ArgsortStableWithNaN) {
+  Graph cx;
+  auto x = cx.tensor({2, 6});
+  auto up = x.argsort(1).output();
+  auto down = x.argsort(-1, true).output();
+  auto [vals, idx] = x.sort(1);
+  vals = vals.output();
+  idx = idx.output();
+  auto rt = compile(cx);
+  rt.set_data(x, {3.f, 1.f, 2.f, 1.f, NAN, INFINITY, 0.f, -1.f, -1.f, 5.f, 2.f, 0.f});
+  rt.execute(cx.dim_map());
+  // torch.argsort(stable=True): NaN sorts last ascending, first descending.
+  EXPECT_EQ(rt.get_i64(up), (std::vector<int64_t>{1, 3, 2, 0, 5, 4, 1, 2, 0, 5, 4, 3}));
+  EXPECT_EQ(rt.get_i64(down), (std::vector<int64_t>{4, 5, 0, 2, 1, 3, 3, 4, 0, 5, 1, 2}));
+  EXPECT_EQ(rt.get_i64(idx), rt.get_i64(up));
+  auto v = rt.get_f32(vals);
+  std::vector<float> expect = {1, 1, 2, 3, INFINITY, NAN, -1, -1, 0, 0, 2, 5};
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (std::isnan(expect[i])) EXPECT_TRUE(std::isnan(v[i])) << i;
+    else EXPECT_EQ(v[i], expect[i]) << i;
+  }
+}
+
+TEST(TensorOps, SortIntAndTransposed) {
+  Graph cx;
+  auto x = cx.tensor({2, 3}, DType::I32);
+  auto a = x.t().argsort(0).output();
+  auto [vals, idx] = x.sort(1, true);
+  vals = vals.output();
+  idx = idx.output();
+  auto rt = compile(cx);
+  rt.set_data(x, {4, 2, 4, 1, 4, 1});
+  rt.execute(cx.dim_map());
+  EXPECT_EQ(rt.get_i64(a), (std::vector<int64_t>{1, 0, 0, 2, 2, 1}));
+  EXPECT_EQ(vals.dtype(), DType::I32);
+  EXPECT_EQ(rt.get_i32(vals), (std::vector<int32_t>{4, 4, 2, 4, 1, 1}));
+  EXPECT_EQ(rt.get_i64(idx), (std::vector<int64_t>{0, 2, 1, 1, 0, 2}));
+}
+
+TEST(TensorOps, Topk) {
+  Graph cx;
+  auto x = cx.tensor({2, 6});
+  auto [v3, i3] = x.topk(3, 1);
+  auto [s2, j2] = x.topk(2, -1, false);
+  v3 = v3.output(), i3 = i3.output(), s2 = s2.output(), j2 = j2.output();
+  auto xi = cx.tensor({2, 3}, DType::I32);
+  auto [vi, ii] = xi.topk(2, 0);
+  vi = vi.output(), ii = ii.output();
+  auto rt = compile(cx);
+  rt.set_data(x, {3.f, 1.f, 2.f, 1.f, NAN, INFINITY, 0.f, -1.f, -1.f, 5.f, 2.f, 0.f});
+  rt.set_data(xi, {4, 2, 4, 1, 4, 1});
+  rt.execute(cx.dim_map());
+  auto v = rt.get_f32(v3);
+  EXPECT_TRUE(std::isnan(v[0]));
+  EXPECT_EQ(std::vector<float>(v.begin() + 1, v.end()), (std::vector<float>{INFINITY, 3, 5, 2, 0}));
+  // Ties go to the lower index (torch leaves the order of ties unspecified).
+  EXPECT_EQ(rt.get_i64(i3), (std::vector<int64_t>{4, 5, 0, 3, 4, 0}));
+  EXPECT_EQ(rt.get_f32(s2), (std::vector<float>{1, 1, -1, -1}));
+  EXPECT_EQ(rt.get_i64(j2), (std::vector<int64_t>{1, 3, 1, 2}));
+  EXPECT_EQ(rt.get_i32(vi), (std::vector<int32_t>{4, 4, 4, 1, 2, 1}));
+  EXPECT_EQ(rt.get_i64(ii), (std::vector<int64_t>{0, 1, 0, 1, 0, 1}));
+}
+
+TEST(TensorOps, SortErrors) {
+  Graph cx;
+  auto x = cx.tensor({2, 3});
+  EXPECT_THROW(x.argsort(2), Error);
+  EXPECT_THROW(x.topk(4, 1), Error);
+  EXPECT_THROW(x.topk(1, -3), Error);
+}
