@@ -17,6 +17,16 @@ std::vector<float> range_f(int n, float start = 0) {
   std::iota(v.begin(), v.end(), start);
   return v;
 }
+// (i * mul) % mod + add for i in [0, n): small exact test data.
+std::vector<float> pattern(int n, int mod, float add, int mul = 1) {
+  std::vector<float> v(n);
+  for (int i = 0; i < n; ++i) v[i] = static_cast<float>(i * mul % mod) + add;
+  return v;
+}
+void expect_near(const std::vector<float>& got, const std::vector<float>& want, float tol = 1e-5f) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], tol) << "element " << i;
+}
 std::vector<int32_t> range_i(int n, int start = 0) {
   std::vector<int32_t> v(n);
   std::iota(v.begin(), v.end(), start);
@@ -325,4 +335,116 @@ TEST(TensorOps, SortErrors) {
   EXPECT_THROW(x.argsort(2), Error);
   EXPECT_THROW(x.topk(4, 1), Error);
   EXPECT_THROW(x.topk(1, -3), Error);
+}
+
+// ---- convolution and pooling ----
+
+TEST(TensorOps, Conv2dPaddedWithBias) {
+  Graph cx;
+  auto x = cx.tensor({1, 2, 4, 4});
+  auto w = cx.tensor({3, 2, 3, 3});
+  auto b = cx.tensor({3});
+  auto y = x.conv2d(w, b, {1, 1}, {1, 1}).output();
+  EXPECT_EQ(y.shape(), (Shape{1, 3, 4, 4}));
+  auto rt = compile(cx);
+  rt.set_data(x, range_f(32));
+  rt.set_data(w, pattern(54, 5, -2));
+  rt.set_data(b, {1.f, -1.f, 0.5f});
+  rt.execute(cx.dim_map());
+  expect_near(rt.get_f32(y), {34,   -7,   -6,   -45,  -3,   -24,  -27,  -54,  -7,   -36,  -39,  -66,
+                              4,    47,   47,   43,   -31,  -38,  -41,  8,    5,    1,    2,    31,
+                              5,    5,    6,    43,   56,   -1,   0,    -47,  32.5, 29.5, 32.5, 39.5,
+                              21.5, -5.5, -5.5, -5.5, 25.5, -5.5, -5.5, -9.5, -53.5, -60.5, -63.5, 1.5});
+}
+
+TEST(TensorOps, Conv2dStrideDilationGroups) {
+  Graph cx;
+  auto x = cx.tensor({1, 4, 5, 6});
+  auto w = cx.tensor({4, 2, 2, 2});
+  auto y = x.conv2d(w, std::nullopt, {2, 2}, {1, 0}, {1, 2}, 2).output();
+  EXPECT_EQ(y.shape(), (Shape{1, 4, 3, 2}));
+  auto rt = compile(cx);
+  rt.set_data(x, pattern(120, 7, -3));
+  rt.set_data(w, pattern(32, 3, -1));
+  rt.execute(cx.dim_map());
+  expect_near(rt.get_f32(y), {-1, -3, 5,  3,  -7, 5,  -3, -1, 2, -5, 2,  2,
+                              -3, -3, 11, -8, 2,  11, -5, 7,  -6, -8, 3, -6});
+}
+
+TEST(TensorOps, Conv1dTransposedInput) {
+  Graph cx;
+  auto base = cx.tensor({2, 7, 3});
+  auto x = base.transpose(1, 2);  // (2, 3, 7), not contiguous
+  auto w = cx.tensor({4, 3, 3});
+  auto b = cx.tensor({4});
+  auto y = x.conv1d(w, b, 2, 1, 2).output();
+  auto dw = cx.tensor({3, 1, 2});
+  auto z = x.conv1d(dw, std::nullopt, 1, 0, 1, 3).output();  // depthwise
+  EXPECT_EQ(y.shape(), (Shape{2, 4, 3}));
+  EXPECT_EQ(z.shape(), (Shape{2, 3, 6}));
+  auto rt = compile(cx);
+  rt.set_data(base, pattern(42, 5, -2));
+  rt.set_data(w, pattern(36, 4, -1));
+  rt.set_data(b, {0.f, 1.f, 2.f, 3.f});
+  rt.set_data(dw, {1.f, 2.f, -1.f, 1.f, 0.f, 3.f});
+  rt.execute(cx.dim_map());
+  expect_near(rt.get_f32(y), {-3, -1, -6, 6, -7, -1, -1, 7, 0, 4, 1, 5, -2, -8, 2, -1, -3, 0, 4, 2, -2, -3, 7, 0});
+  expect_near(rt.get_f32(z), {0, -1, 3,  2,  -4, 0,  3, -2, -2, 3,  -2, 3, -6, 3,  -3, 6,  0,  -6,
+                              3, 2,  -4, 0,  -1, 3, -2, 3, -2, 3, -2, -2, -3, 6,  0, -6, 3, -3});
+}
+
+TEST(TensorOps, Conv1dSymbolicLength) {
+  Graph cx;
+  auto x = cx.tensor({1, 2, Expression::var("seq")});
+  auto w = cx.tensor({2, 2, 3});
+  auto y = x.conv1d(w, std::nullopt, 1, 1).output();
+  auto rt = compile(cx);
+  rt.set_data(x, range_f(10));
+  rt.set_data(w, {1.f, 0.f, -1.f, 2.f, 1.f, 0.f, 0.f, 1.f, 0.f, 1.f, 1.f, 1.f});
+  rt.execute({{"seq", 5}});
+  expect_near(rt.get_f32(y), {4, 14, 17, 20, 28, 11, 19, 23, 27, 21});
+}
+
+TEST(TensorOps, MaxPoolPadsWithMinusInfinity) {
+  Graph cx;
+  auto x = cx.tensor({1, 2, 5, 5});
+  auto y = x.max_pool2d({3, 3}, {2, 2}, {1, 1}).output();
+  auto a = x.avg_pool2d({3, 3}, {2, 2}, {1, 1}).output();
+  EXPECT_EQ(y.shape(), (Shape{1, 2, 3, 3}));
+  auto rt = compile(cx);
+  rt.set_data(x, pattern(50, 9, -6));
+  rt.execute(cx.dim_map());
+  expect_near(rt.get_f32(y), {0, 2, 2, 1, 2, 2, 1, 2, 0, 2, 2, 1, 2, 1, 2, -1, 1, 2});
+  expect_near(rt.get_f32(a), {-1.33333f, -1, -1, -1, -1, -2, -0.666667f, -1, -1.33333f, -0.222222f, -1.33333f,
+                              -0.888889f, -1.33333f, -2, -0.333333f, -1.55556f, -1.33333f, -0.222222f});
+}
+
+TEST(TensorOps, PoolIntAndUnbatchedRectangular) {
+  Graph cx;
+  auto xi = cx.tensor({1, 2, 4, 4}, DType::I32);
+  auto m = xi.max_pool2d({2, 2}).output();
+  auto x = cx.tensor({2, 5, 5});  // unbatched (C, H, W)
+  auto a = x.avg_pool2d({2, 3}, {1, 2}).output();
+  EXPECT_EQ(m.dtype(), DType::I32);
+  EXPECT_EQ(a.shape(), (Shape{2, 4, 2}));
+  auto rt = compile(cx);
+  rt.set_data(xi, {-5, 2, -2, 5, 1, -3, 4, 0, -4, 3, -1, -5, 2, -2, 5, 1,
+                   -3, 4, 0, -4, 3, -1, -5, 2, -2, 5, 1, -3, 4, 0, -4, 3});
+  rt.set_data(x, pattern(50, 9, -6));
+  rt.execute(cx.dim_map());
+  EXPECT_EQ(rt.get_i32(m), (std::vector<int32_t>{2, 5, 3, 5, 4, 2, 5, 3}));
+  expect_near(rt.get_f32(a), {-2.5, -2, -2, -1.5, -1.5, -2.5, -1, -2, -1.5, -2.5, -2.5, -2, -2, -1.5, -3, -1});
+}
+
+TEST(TensorOps, ConvAndPoolErrors) {
+  Graph cx;
+  auto x = cx.tensor({1, 3, 8, 8});
+  EXPECT_THROW(x.conv2d(cx.tensor({4, 2, 3, 3}), std::nullopt), Error);                  // channel mismatch
+  EXPECT_THROW(x.conv2d(cx.tensor({4, 1, 3, 3}), std::nullopt, {1, 1}, {0, 0}, {1, 1}, 2), Error);  // 3 % 2
+  EXPECT_THROW(x.conv2d(cx.tensor({4, 3, 3, 3}), cx.tensor({3})), Error);               // bias size
+  EXPECT_THROW(x.conv2d(cx.tensor({4, 3, 9, 9}), std::nullopt), Error);                 // kernel too large
+  EXPECT_THROW(x.conv1d(cx.tensor({4, 3, 3}), std::nullopt), Error);                    // rank
+  EXPECT_THROW(x.conv2d(cx.tensor({4, 3, 3, 3}), std::nullopt, {0, 1}), Error);         // stride 0
+  EXPECT_THROW(x.max_pool2d({2, 2}, {0, 0}, {2, 2}), Error);                           // padding > kernel/2
+  EXPECT_THROW(cx.tensor({8, 8}).avg_pool2d({2, 2}), Error);
 }
