@@ -47,13 +47,20 @@ Shape to_shape(const json& j) {
   return s;
 }
 std::vector<int> ints(const json& j) { return j.get<std::vector<int>>(); }
+// A number; JSON has no inf/NaN, so those arrive as the strings "inf", "-inf", "nan".
+double dbl(const json& j) {
+  if (j.is_string()) return std::stod(j.get<std::string>());
+  return j.get<double>();
+}
 template <class T>
 T arg(const json& args, const char* key, T def) {
-  return args.contains(key) && !args[key].is_null() ? args[key].get<T>() : def;
+  if (!args.contains(key) || args[key].is_null()) return def;
+  if constexpr (std::is_same_v<T, double>) return dbl(args[key]);
+  else return args[key].get<T>();
 }
 std::optional<double> opt_double(const json& args, const char* key) {
   if (!args.contains(key) || args[key].is_null()) return std::nullopt;
-  return args[key].get<double>();
+  return dbl(args[key]);
 }
 std::pair<int, int> pair2(const json& args, const char* key, int def) {
   if (!args.contains(key)) return {def, def};
@@ -71,7 +78,7 @@ OpFn binop(GraphTensor (*tt)(const GraphTensor&, const GraphTensor&), GraphTenso
            GraphTensor (*st)(double, const GraphTensor&)) {
   return [=](Ins& in, const json& a) -> Outs {
     if (in.size() == 2) return {tt(in[0], in[1])};
-    double s = a.at("scalar").get<double>();
+    double s = dbl(a.at("scalar"));
     if (arg(a, "reverse", false)) {
       LUMINAL_CHECK(st != nullptr, "this op has no scalar-first form");
       return {st(s, in[0])};
@@ -83,7 +90,7 @@ OpFn binop(GraphTensor (*tt)(const GraphTensor&, const GraphTensor&), GraphTenso
 #define CMP(NAME)                                                              \
   {#NAME, [](Ins& in, const json& a) -> Outs {                                 \
      if (in.size() == 2) return {in[0].NAME(in[1])};                           \
-     return {in[0].NAME(a.at("scalar").get<double>())};                        \
+     return {in[0].NAME(dbl(a.at("scalar")))};                        \
    }}
 #define UNARY(NAME) \
   {#NAME, [](Ins& in, const json&) -> Outs { return {in[0].NAME()}; }}
@@ -115,15 +122,15 @@ const std::map<std::string, OpFn>& registry() {
       UNARY(sign),
       {"pow", [](Ins& in, const json& a) -> Outs {
          if (in.size() == 2) return {in[0].pow(in[1])};
-         return {in[0].pow(a.at("scalar").get<double>())};
+         return {in[0].pow(dbl(a.at("scalar")))};
        }},
       {"minimum", [](Ins& in, const json& a) -> Outs {
          if (in.size() == 2) return {in[0].minimum(in[1])};
-         return {in[0].minimum(a.at("scalar").get<double>())};
+         return {in[0].minimum(dbl(a.at("scalar")))};
        }},
       {"maximum", [](Ins& in, const json& a) -> Outs {
          if (in.size() == 2) return {in[0].maximum(in[1])};
-         return {in[0].maximum(a.at("scalar").get<double>())};
+         return {in[0].maximum(dbl(a.at("scalar")))};
        }},
       {"clamp", [](Ins& in, const json& a) -> Outs { return {in[0].clamp(opt_double(a, "min"), opt_double(a, "max"))}; }},
       // ---- elementwise functions ----
