@@ -14,13 +14,34 @@ GraphTensor GraphTensor::sqrt() const { return unary(OpKind::Sqrt, *this); }
 GraphTensor GraphTensor::reciprocal() const { return unary(OpKind::Recip, *this); }
 GraphTensor GraphTensor::exp() const { return (to_float(*this) * std::numbers::log2e).exp2(); }
 GraphTensor GraphTensor::log() const { return log2() * std::numbers::ln2; }
-GraphTensor GraphTensor::cos() const { return (to_float(*this) + std::numbers::pi / 2).sin(); }
-GraphTensor GraphTensor::tan() const { return sin() / cos(); }
+namespace {
+bool is_half(DType dt) { return dt == DType::F16 || dt == DType::BF16; }
+}  // namespace
+
+GraphTensor GraphTensor::cos() const {
+  GraphTensor x = to_float(*this);
+  if (is_half(x.dtype())) return x.cast(DType::F32).cos().cast(x.dtype());  // F32 internally
+  // cos(x) = sin(pi/2 - |x|), with pi/2 split into hi + lo (hi exact in the dtype): near the
+  // zeros of cos (|x| ~ pi/2) hi - |x| is exact (Sterbenz), so cos keeps its relative
+  // accuracy there; x + pi/2 rounded in the dtype would not.
+  constexpr double half_pi = std::numbers::pi / 2;
+  double hi = x.dtype() == DType::F32 ? static_cast<double>(static_cast<float>(half_pi)) : half_pi;
+  double lo = x.dtype() == DType::F32 ? half_pi - hi : 6.123233995736766e-17;  // pi/2 - double(pi/2)
+  return ((hi - x.abs()) + lo).sin();
+}
+GraphTensor GraphTensor::tan() const {
+  GraphTensor x = to_float(*this);
+  if (is_half(x.dtype())) return x.cast(DType::F32).tan().cast(x.dtype());  // one rounding at the end
+  return x.sin() / x.cos();
+}
 GraphTensor GraphTensor::rsqrt() const { return sqrt().reciprocal(); }
 
 GraphTensor GraphTensor::floor() const {
   if (!is_float(dtype_)) return *this;
-  return *this - *this % 1.0;  // floor modulo keeps the fractional part in [0, 1)
+  // Floor modulo keeps the fractional part in [0, 1). Values of magnitude >= 2^52 are
+  // already integers in every float dtype, and +-inf % 1 is NaN: pass those (and NaN) through.
+  GraphTensor finite = abs().lt(4503599627370496.0);
+  return where(finite, *this - *this % 1.0, *this);
 }
 GraphTensor GraphTensor::ceil() const {
   if (!is_float(dtype_)) return *this;
@@ -28,11 +49,13 @@ GraphTensor GraphTensor::ceil() const {
 }
 GraphTensor GraphTensor::round() const {
   if (!is_float(dtype_)) return *this;
+  // |x| >= 2^52 is already an integer (and x + 0.5 could round up); inf/NaN pass through.
+  GraphTensor big = abs().lt(4503599627370496.0).logical_not();
   // Half to even: floor(x + 0.5), minus one on exact ties that landed on an odd number.
   GraphTensor r = (*this + 0.5).floor();
   GraphTensor tie = (r - *this).eq(0.5);
   GraphTensor odd = (r % 2.0).eq(1.0);
-  return r - tie.logical_and(odd).cast(dtype_);
+  return where(big, *this, r - tie.logical_and(odd).cast(dtype_));
 }
 
 GraphTensor GraphTensor::tanh() const {
@@ -64,7 +87,7 @@ GraphTensor GraphTensor::erf() const {
   return where(x.lt(0.0), -r, r);
 }
 
-GraphTensor GraphTensor::relu() const { return where(gt(0.0), *this, scalar_like(*this, 0)); }
+GraphTensor GraphTensor::relu() const { return where(lt(0.0), scalar_like(*this, 0), *this); }  // NaN stays NaN
 GraphTensor GraphTensor::leaky_relu(double slope) const { return where(gt(0.0), *this, *this * slope); }
 GraphTensor GraphTensor::gelu() const {
   GraphTensor x = to_float(*this);

@@ -56,13 +56,13 @@ GraphTensor GraphTensor::mean(std::vector<int> axes, bool keepdim) const {
 }
 
 GraphTensor GraphTensor::prod(std::vector<int> axes, bool keepdim) const {
-  // Product = sign * 2^(sum log2|x|), with zeros handled explicitly.
+  // Product = sign * 2^(sum log2|x|). A zero gives 2^-inf = 0, and a zero with an inf
+  // gives 2^NaN = NaN, as 0 * inf in torch; NaN propagates.
   GraphTensor x = to_float(*this);
   GraphTensor mag = x.abs().log2().sum(axes, keepdim).exp2();
   GraphTensor negatives = x.lt(0.0).cast(DType::I64).sum(axes, keepdim);
-  GraphTensor any_zero = x.eq(0.0).cast(DType::I64).sum(axes, keepdim).gt(0.0);
   GraphTensor sign = 1.0 - 2.0 * (negatives % 2.0).cast(x.dtype());
-  GraphTensor r = where(any_zero, scalar_like(x, 0), sign * mag);
+  GraphTensor r = sign * mag;
   if (!is_float(dtype_)) r = r.round().cast(dtype_ == DType::Bool ? DType::I64 : DType::I64);
   return r;
 }
@@ -100,8 +100,13 @@ GraphTensor GraphTensor::softmax(int axis) const {
 }
 
 GraphTensor GraphTensor::log_softmax(int axis) const {
+  // (x - max) - log(sum(exp(x - max))), as torch: subtracting a rounded logsumexp from x
+  // would lose the low bits of x - max when |max| is large.
   GraphTensor x = to_float(*this);
-  return x - x.logsumexp({axis}, true);
+  GraphTensor m = x.max({axis}, true);
+  GraphTensor safe_m = where(m.eq(-INFINITY), scalar_like(m, 0), m);
+  GraphTensor shifted = x - safe_m;
+  return shifted - shifted.exp().sum({axis}, true).log();
 }
 
 GraphTensor GraphTensor::layer_norm(size_t normalized_rank, const std::optional<GraphTensor>& weight,

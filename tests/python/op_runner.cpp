@@ -264,8 +264,8 @@ GraphTensor apply_view(const GraphTensor& x, const json& v) {
   fail("unknown view kind '", kind, "'");
 }
 
-// Run one case; returns its outputs by name.
-std::map<std::string, HostTensor> run_case(const json& c, const SafetensorsFile& inputs) {
+// Run one case; returns its outputs by name, in order.
+std::vector<std::pair<std::string, HostTensor>> run_case(const json& c, const SafetensorsFile& inputs) {
   const std::string id = c.at("id");
   const std::string op = c.at("op");
   auto it = registry().find(op);
@@ -292,12 +292,12 @@ std::map<std::string, HostTensor> run_case(const json& c, const SafetensorsFile&
   auto rt = cx.compile(ReferenceRuntime{}, CompileOptions{});
   for (auto& [x, name] : sources) rt.set_data(x, inputs.read(name));
   rt.execute(dims);
-  std::map<std::string, HostTensor> result;
+  std::vector<std::pair<std::string, HostTensor>> result;
   for (size_t k = 0; k < marked.size(); ++k) {
     HostTensor h = rt.get_tensor(marked[k].id());
     h.shape.clear();
     for (const auto& d : marked[k].shape()) h.shape.push_back(d.eval(dims));
-    result[id + "." + std::to_string(k)] = std::move(h);
+    result.emplace_back(id + "." + std::to_string(k), std::move(h));
   }
   return result;
 }
@@ -325,7 +325,12 @@ int main(int argc, char** argv) {
     std::string id = c.value("id", std::string("?"));
     std::cout << json{{"start", id}}.dump() << std::endl;  // flushed: survives an abort
     try {
-      for (auto& [k, v] : run_case(c, inputs)) outputs[k] = std::move(v);
+      json shapes = json::array();
+      for (auto& [k, v] : run_case(c, inputs)) {
+        shapes.push_back(v.shape);  // safetensors cannot tell a 0-dim tensor from shape [1]
+        outputs[k] = std::move(v);
+      }
+      std::cout << json{{"id", id}, {"shapes", shapes}}.dump() << std::endl;
       ++ok;
     } catch (const Error& e) {
       ++failed;
