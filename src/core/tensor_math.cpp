@@ -8,34 +8,37 @@
 namespace luminal {
 using namespace detail;
 
+namespace {
+bool is_half(DType dt) { return dt == DType::F16 || dt == DType::BF16; }
+}  // namespace
+
 GraphTensor GraphTensor::exp2() const { return unary(OpKind::Exp2, *this); }
 GraphTensor GraphTensor::log2() const { return unary(OpKind::Log2, *this); }
 GraphTensor GraphTensor::sin() const { return unary(OpKind::Sin, *this); }
 GraphTensor GraphTensor::sqrt() const { return unary(OpKind::Sqrt, *this); }
 GraphTensor GraphTensor::reciprocal() const { return unary(OpKind::Recip, *this); }
-GraphTensor GraphTensor::exp() const { return (to_float(*this) * std::numbers::log2e).exp2(); }
 GraphTensor GraphTensor::log() const { return log2() * std::numbers::ln2; }
-namespace {
-bool is_half(DType dt) { return dt == DType::F16 || dt == DType::BF16; }
-}  // namespace
+GraphTensor GraphTensor::rsqrt() const { return sqrt().reciprocal(); }
 
 GraphTensor GraphTensor::cos() const {
+  // cos(x) = sin(x + pi/2). The shift is done in F64 for every narrower float: rounding
+  // x + pi/2 to F32 (let alone F16) costs cos its relative accuracy near its zeros.
   GraphTensor x = to_float(*this);
-  if (is_half(x.dtype())) return x.cast(DType::F32).cos().cast(x.dtype());  // F32 internally
-  // cos(x) = sin(pi/2 - |x|), with pi/2 split into hi + lo (hi exact in the dtype): near the
-  // zeros of cos (|x| ~ pi/2) hi - |x| is exact (Sterbenz), so cos keeps its relative
-  // accuracy there; x + pi/2 rounded in the dtype would not.
-  constexpr double half_pi = std::numbers::pi / 2;
-  double hi = x.dtype() == DType::F32 ? static_cast<double>(static_cast<float>(half_pi)) : half_pi;
-  double lo = x.dtype() == DType::F32 ? half_pi - hi : 6.123233995736766e-17;  // pi/2 - double(pi/2)
-  return ((hi - x.abs()) + lo).sin();
+  if (x.dtype() == DType::F64) return (x + std::numbers::pi / 2).sin();
+  return x.cast(DType::F64).cos().cast(x.dtype());
 }
 GraphTensor GraphTensor::tan() const {
   GraphTensor x = to_float(*this);
-  if (is_half(x.dtype())) return x.cast(DType::F32).tan().cast(x.dtype());  // one rounding at the end
+  if (x.dtype() != DType::F64) return x.cast(DType::F64).tan().cast(x.dtype());  // one rounding at the end
   return x.sin() / x.cos();
 }
-GraphTensor GraphTensor::rsqrt() const { return sqrt().reciprocal(); }
+GraphTensor GraphTensor::exp() const {
+  // exp(x) = 2^(x * log2 e); in F16/BF16 the rounded product would cost exp up to
+  // |x| * 2^-8 relative error, so the half types go through F32 as torch does.
+  GraphTensor x = to_float(*this);
+  if (is_half(x.dtype())) return x.cast(DType::F32).exp().cast(x.dtype());
+  return (x * std::numbers::log2e).exp2();
+}
 
 GraphTensor GraphTensor::floor() const {
   if (!is_float(dtype_)) return *this;
@@ -131,8 +134,9 @@ GraphTensor GraphTensor::silu() const { return to_float(*this) * sigmoid(); }
 GraphTensor GraphTensor::softplus(double beta, double threshold) const {
   GraphTensor x = to_float(*this);
   GraphTensor bx = x * beta;
-  // log(1 + exp(bx)) / beta, linear above the threshold as in PyTorch.
-  GraphTensor soft = (bx.minimum(threshold).exp() + 1.0).log() / beta;
+  // log(1 + exp(bx)) / beta, linear above the threshold as in PyTorch; written as
+  // max(bx, 0) + log(1 + exp(-|bx|)) so exp never overflows (F16 overflows at exp(11.1)).
+  GraphTensor soft = (bx.maximum(0.0) + ((-bx.abs()).exp() + 1.0).log()) / beta;
   return where(bx.gt(threshold), x, soft);
 }
 

@@ -7,6 +7,9 @@ namespace luminal {
 using namespace detail;
 
 namespace {
+// F16/BF16 statistics accumulate in F32 (as torch does): a sum of squares overflows F16 at 65504.
+bool is_half(DType dt) { return dt == DType::F16 || dt == DType::BF16; }
+
 // Apply a single-axis reduction to each axis, highest first so indices stay valid,
 // then restore size-1 dims when keepdim.
 template <class F>
@@ -50,6 +53,7 @@ GraphTensor GraphTensor::min(std::vector<int> axes, bool keepdim) const {
 
 GraphTensor GraphTensor::mean(std::vector<int> axes, bool keepdim) const {
   LUMINAL_CHECK(is_float(dtype_), "mean: needs a float tensor, got ", dtype_name(dtype_));
+  if (is_half(dtype_)) return cast(DType::F32).mean(std::move(axes), keepdim).cast(dtype_);
   Expression n = count(*this, axes);
   GraphTensor s = sum(axes, keepdim);
   return s / expr_scalar(*graph_, n).cast(dtype_);
@@ -69,6 +73,7 @@ GraphTensor GraphTensor::prod(std::vector<int> axes, bool keepdim) const {
 
 GraphTensor GraphTensor::var(std::vector<int> axes, bool keepdim, int correction) const {
   GraphTensor x = to_float(*this);
+  if (is_half(x.dtype())) return x.cast(DType::F32).var(std::move(axes), keepdim, correction).cast(x.dtype());
   GraphTensor centered = x - x.mean(axes, true);
   Expression n = count(x, axes);
   GraphTensor ss = (centered * centered).sum(axes, keepdim);
@@ -76,6 +81,7 @@ GraphTensor GraphTensor::var(std::vector<int> axes, bool keepdim, int correction
 }
 
 GraphTensor GraphTensor::std(std::vector<int> axes, bool keepdim, int correction) const {
+  if (is_half(dtype_)) return cast(DType::F32).std(std::move(axes), keepdim, correction).cast(dtype_);  // var may overflow F16
   return var(std::move(axes), keepdim, correction).sqrt();
 }
 
@@ -157,6 +163,13 @@ GraphTensor GraphTensor::layer_norm(size_t normalized_rank, const std::optional<
   std::vector<int> axes;
   for (size_t i = rank() - normalized_rank; i < rank(); ++i) axes.push_back(static_cast<int>(i));
   GraphTensor x = to_float(*this);
+  if (is_half(x.dtype())) {
+    DType dt = x.dtype();
+    auto up = [](const std::optional<GraphTensor>& t) {
+      return t ? std::optional<GraphTensor>(t->cast(DType::F32)) : std::nullopt;
+    };
+    return x.cast(DType::F32).layer_norm(normalized_rank, up(weight), up(bias), eps).cast(dt);
+  }
   GraphTensor centered = x - x.mean(axes, true);
   GraphTensor var = (centered * centered).mean(axes, true);
   GraphTensor y = centered * (var + eps).rsqrt();
@@ -172,6 +185,10 @@ GraphTensor GraphTensor::rms_norm(size_t normalized_rank, const std::optional<Gr
   std::vector<int> axes;
   for (size_t i = rank() - normalized_rank; i < rank(); ++i) axes.push_back(static_cast<int>(i));
   GraphTensor x = to_float(*this);
+  if (is_half(x.dtype())) {
+    std::optional<GraphTensor> w = weight ? std::optional<GraphTensor>(weight->cast(DType::F32)) : std::nullopt;
+    return x.cast(DType::F32).rms_norm(normalized_rank, w, eps).cast(x.dtype());
+  }
   GraphTensor y = x * ((x * x).mean(axes, true) + eps).rsqrt();
   if (weight) y = y * *weight;
   return y;

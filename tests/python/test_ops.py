@@ -193,7 +193,7 @@ def sl(axis, start, end, step):
 # ----------------------------------------------------------------------------------------
 # Case generators, by category
 # ----------------------------------------------------------------------------------------
-def gen_unary(op, ref, kind="normal", dtypes=FLOATS, int_dtypes=("I32", "I64"), specials=True, **kw):
+def gen_unary(op, ref, kind="normal", dtypes=FLOATS, int_dtypes=("I32", "I64"), specials=True, wide=True, **kw):
     for dt in dtypes:
         case(op, f"{dt}.2d", [rnd((3, 5), dt, kind)], ref, **kw)
     case(op, "F32.3d", [rnd((2, 3, 4), "F32", kind)], ref, **kw)
@@ -208,6 +208,10 @@ def gen_unary(op, ref, kind="normal", dtypes=FLOATS, int_dtypes=("I32", "I64"), 
     if specials:
         for dt in ("F32", "F64"):
             case(op, f"{dt}.special", [special(dt)], ref, **kw)
+    if wide:  # large magnitudes: overflow and saturation paths in every float dtype
+        for dt in FLOATS:
+            t = rnd((24,), dt, "uniform", lo=1e-3, hi=1e4) if kind == "pos" else rnd((24,), dt, "uniform", lo=-40, hi=40)
+            case(op, f"{dt}.wide", [t], ref, **kw)
 
 
 def gen_binary(op, ref, dtypes=FLOATS + INTS, kind="normal", kind_b=None, int_lo=None, nonzero_b=False,
@@ -328,6 +332,20 @@ def gen_all():
     gen_unary("abs", lambda v: v[0].abs(), int_dtypes=("I32", "I64", "I8", "U8"))
     gen_unary("sign", lambda v: v[0].sign(), int_dtypes=("I32", "I64", "I8", "U8"))
     case("sign", "Bool.1d", [rnd((6,), "Bool")], lambda v: v[0].sign())
+    for op, fn in (("add", torch.add), ("mul", torch.mul)):
+        case(op, "Bool.same", [rnd((3, 4), "Bool"), rnd((3, 4), "Bool")], lambda v, fn=fn: fn(v[0], v[1]))
+        case(op, "BoolxI32.mixed", [rnd((3, 4), "Bool"), rnd((3, 4), "I32")], lambda v, fn=fn: fn(v[0], v[1]))
+        case(op, "BoolxF16.mixed", [rnd((3, 4), "Bool"), rnd((3, 4), "F16")], lambda v, fn=fn: fn(v[0], v[1]))
+    # torch gives int16 here; luminal has no I16 and promotes to I32 (docs/ops.md).
+    case("add", "U8xI8.mixed", [rnd((3, 4), "U8"), rnd((3, 4), "I8")], lambda v: (v[0] + v[1]).to(torch.int32))
+    case("add", "I8.overflow", [torch.tensor([100, -100, 127], dtype=torch.int8), torch.tensor([100, -100, 1], dtype=torch.int8)],
+         lambda v: v[0] + v[1])
+    case("add", "F16.overflow", [torch.tensor([60000.0, -60000.0, 1.0], dtype=torch.float16),
+                                 torch.tensor([60000.0, -60000.0, 2.0**-24], dtype=torch.float16)], lambda v: v[0] + v[1])
+    case("contiguous", "F32.transposed", [Inp(rnd((4, 3), "F32"), T01)], lambda v: v[0].contiguous())
+    case("contiguous", "BF16.sliced", [Inp(rnd((4, 9), "BF16"), sl(1, 1, 9, 3))], lambda v: v[0].contiguous())
+    case("contiguous", "I64.dynamic_expanded", [Inp(rnd((1, 3), "I64"), {"kind": "expand", "shape": [4, 3]})],
+         lambda v: v[0].contiguous())
 
     # pow: positive base with any exponent, negative base with integral exponents, scalars.
     for dt in FLOATS:
@@ -366,6 +384,10 @@ def gen_all():
          args={"min": -0.5, "max": 0.5})
     case("clamp", "F32.dynamic", [Inp(rnd((5, 3), "F32"), sym={0: "seq"})], lambda v: torch.clamp(v[0], -0.5, 0.5),
          args={"min": -0.5, "max": 0.5})
+    case("clamp", "F32.min_above_max", [rnd((3, 5), "F32")], lambda v: torch.clamp(v[0], 1.0, -1.0),
+         args={"min": 1.0, "max": -1.0})
+    case("clamp", "I32.float_bounds", [rnd((3, 5), "I32")], lambda v: torch.clamp(v[0], -2.5, 3.5),
+         args={"min": -2.5, "max": 3.5})
     case("clamp", "F32.special", [special("F32")], lambda v: torch.clamp(v[0], -1.0, 1.0), args={"min": -1.0, "max": 1.0})
 
     # ---- elementwise functions ----
@@ -503,6 +525,26 @@ def gen_all():
          tol_scale=15)
     case("cumsum", "Bool.axis-1", [rnd((3, 5), "Bool")], lambda v: torch.cumsum(v[0], dim=-1), args={"axis": -1})
     gen_axis_op("softmax", lambda x, axis: torch.softmax(x, dim=axis))
+    case("softmax", "F32.special", [special("F32").reshape(2, 5)], lambda v: torch.softmax(v[0], dim=1), args={"axis": 1})
+    case("log_softmax", "F32.special", [special("F32").reshape(2, 5)], lambda v: torch.log_softmax(v[0], dim=1),
+         args={"axis": 1})
+    case("softmax", "BF16.wide", [rnd((3, 16), "BF16", "uniform", lo=-40, hi=40)], lambda v: torch.softmax(v[0], dim=1),
+         args={"axis": 1})
+    case("softmax", "F16.wide", [rnd((3, 16), "F16", "uniform", lo=-40, hi=40)], lambda v: torch.softmax(v[0], dim=1),
+         args={"axis": 1})
+    case("cumsum", "F32.special", [special("F32").reshape(2, 5)], lambda v: torch.cumsum(v[0], dim=1), args={"axis": 1})
+    case("argmax", "F32.nan", [torch.tensor([[1.0, float("nan"), 3.0], [float("inf"), 2.0, float("nan")]])],
+         lambda v: torch.argmax(v[0], dim=1), args={"axis": 1})
+    case("argmin", "F32.nan", [torch.tensor([[1.0, float("nan"), -3.0], [float("-inf"), 2.0, float("nan")]])],
+         lambda v: torch.argmin(v[0], dim=1), args={"axis": 1})
+    case("max", "F32.nan", [torch.tensor([[1.0, float("nan"), 3.0], [float("-inf"), 2.0, 0.0]])],
+         lambda v: torch.amax(v[0], dim=1), args={"axes": [1]})
+    case("min", "F32.nan", [torch.tensor([[1.0, float("nan"), 3.0], [float("inf"), 2.0, 0.0]])],
+         lambda v: torch.amin(v[0], dim=1), args={"axes": [1]})
+    case("sum", "F16.overflow", [torch.full((2, 8), 20000.0, dtype=torch.float16)], lambda v: torch.sum(v[0], dim=[1]),
+         args={"axes": [1]})
+    case("mean", "F16.large_sum", [torch.full((2, 8), 20000.0, dtype=torch.float16)], lambda v: torch.mean(v[0], dim=[1]),
+         args={"axes": [1]})
     case("softmax", "F32.large_logits", [torch.tensor([[1000.0, 999.0, -1000.0], [0.0, 0.0, 0.0]])],
          lambda v: torch.softmax(v[0], dim=1), args={"axis": 1})
     case("softmax", "F32.neg_inf_mask", [torch.tensor([[1.0, float("-inf"), 2.0], [float("-inf"), 0.0, float("-inf")]])],
@@ -518,6 +560,16 @@ def gen_all():
              tol_scale=2)
         case("rms_norm", f"{dt}.w", [rnd((3, 8), dt), rnd((8,), dt)],
              lambda v: F.rms_norm(v[0], (8,), v[1], eps=1e-6), args={"normalized_rank": 1, "eps": 1e-6}, tol_scale=2)
+    for dt in ("F16", "BF16"):  # |x| ~ 300: x * x overflows F16
+        case("layer_norm", f"{dt}.large", [rnd((3, 8), dt) * 300, rnd((8,), dt), rnd((8,), dt)],
+             lambda v: F.layer_norm(v[0], (8,), v[1], v[2]), args={"normalized_rank": 1, "weight": True, "bias": True},
+             tol_scale=2)
+        case("rms_norm", f"{dt}.large", [rnd((3, 8), dt) * 300, rnd((8,), dt)],
+             lambda v: F.rms_norm(v[0], (8,), v[1], eps=1e-6), args={"normalized_rank": 1, "eps": 1e-6}, tol_scale=2)
+        case("var", f"{dt}.large", [rnd((3, 8), dt) * 300], lambda v: torch.var(v[0], dim=[1]), args={"axes": [1]},
+             tol_scale=3)
+        case("std", f"{dt}.large", [rnd((3, 8), dt) * 300], lambda v: torch.std(v[0], dim=[1]), args={"axes": [1]},
+             tol_scale=3)
     case("layer_norm", "F32.plain", [rnd((2, 3, 8), "F32")], lambda v: F.layer_norm(v[0], (8,)),
          args={"normalized_rank": 1}, tol_scale=2)
     case("layer_norm", "F32.weight_only", [rnd((4, 6), "F32"), rnd((6,), "F32")],
