@@ -523,6 +523,8 @@ def gen_all():
     gen_axis_op("cumsum", lambda x, axis: torch.cumsum(x, dim=axis), int_dtypes=("I32", "I64"), tol_scale=2.5)
     case("cumsum", "F32.long", [rnd((2, 200), "F32")], lambda v: torch.cumsum(v[0], dim=1), args={"axis": 1},
          tol_scale=15)
+    for dt in ("U8", "I8"):
+        case("cumsum", f"{dt}.axis-1", [rnd((3, 5), dt)], lambda v: torch.cumsum(v[0], dim=-1), args={"axis": -1})
     case("cumsum", "Bool.axis-1", [rnd((3, 5), "Bool")], lambda v: torch.cumsum(v[0], dim=-1), args={"axis": -1})
     gen_axis_op("softmax", lambda x, axis: torch.softmax(x, dim=axis))
     case("softmax", "F32.special", [special("F32").reshape(2, 5)], lambda v: torch.softmax(v[0], dim=1), args={"axis": 1})
@@ -653,6 +655,11 @@ def gen_all():
         wshape = (4, 4 // a.get("groups", 1), 3, 3)
         case("conv2d", f"F32.{tag}", [rnd((2, 4, 7, 8), "F32"), rnd(wshape, "F32"), rnd((4,), "F32")],
              lambda v, a=a: conv2(v, a), args=a, tol_scale=6)
+    case("conv2d", "F32.dynamic_hw", [Inp(rnd((1, 2, 6, 7), "F32"), sym={2: "h", 3: "w"}), rnd((3, 2, 3, 3), "F32"),
+                                      rnd((3,), "F32")], lambda v: conv2(v, {"padding": [1, 1]}),
+         args={"padding": [1, 1]}, tol_scale=4)
+    case("conv2d", "I32.basic", [rnd((1, 2, 5, 5), "I32", lo=-3, hi=4), rnd((2, 2, 3, 3), "I32", lo=-3, hi=4)],
+         lambda v: conv2([v[0].double(), v[1].double()], {}).to(torch.int32), tol_scale=1)
     case("conv2d", "F32.no_bias_1x1", [rnd((1, 3, 4, 4), "F32"), rnd((2, 3, 1, 1), "F32")], lambda v: conv2(v, {}),
          tol_scale=2)
     case("conv2d", "F32.transposed_input", [Inp(rnd((1, 3, 6, 5), "F32"), {"kind": "transpose", "dims": [2, 3]}),
@@ -669,6 +676,10 @@ def gen_all():
                        ("k2x3_s1", {"kernel": [2, 3], "stride": [1, 1]}),
                        ("k3_s2_odd", {"kernel": [3, 3], "stride": [2, 2]})):
             case(op, f"F32.{tag}", [rnd((2, 3, 7, 9), "F32")], lambda v, a=a, fn=fn: pool(fn, v, a), args=a)
+        case(op, "F32.dynamic_hw", [Inp(rnd((1, 2, 6, 8), "F32"), sym={2: "h", 3: "w"})],
+             lambda v, fn=fn: pool(fn, v, {"kernel": [2, 2]}), args={"kernel": [2, 2]})
+        case(op, "F32.unbatched_3d", [rnd((2, 6, 6), "F32")],
+             lambda v, fn=fn: pool(fn, v, {"kernel": [3, 3], "stride": [3, 3]}), args={"kernel": [3, 3], "stride": [3, 3]})
         case(op, "F32.transposed", [Inp(rnd((1, 2, 6, 4), "F32"), {"kind": "transpose", "dims": [2, 3]})],
              lambda v, fn=fn: pool(fn, v, {"kernel": [2, 2]}), args={"kernel": [2, 2]})
         case(op, "F32.negative_pad", [-rnd((1, 1, 4, 4), "F32", "pos")],
@@ -747,6 +758,23 @@ def gen_all():
     a = {"axis": 1, "start": 1, "end": 4, "step": 2}
     case("slice", "F32.sliced_twice", [Inp(rnd((3, 10), "F32"), sl(1, 2, 10, 1))], lambda v, a=a: slice_ref(v[0], a),
          args=a)
+    FLIP0 = {"kind": "flip", "dims": [0]}
+    a = {"axis": 0, "start": 0, "end": None, "step": 2}
+    case("slice", "F32.flipped_step2", [Inp(rnd((7, 3), "F32"), FLIP0)], lambda v, a=a: slice_ref(v[0], a), args=a)
+    case("reshape", "F32.flipped", [Inp(rnd((4, 6), "F32"), FLIP0)], lambda v: v[0].reshape(2, 12), args={"shape": [2, 12]})
+    case("reshape", "F32.expanded", [Inp(rnd((1, 6), "F32"), {"kind": "expand", "shape": [4, 6]})],
+         lambda v: v[0].reshape(3, 8), args={"shape": [3, 8]})
+    case("reshape", "F32.sliced_step_split", [Inp(rnd((3, 12), "F32"), sl(1, 0, 12, 2))], lambda v: v[0].reshape(3, 2, 3),
+         args={"shape": [3, 2, 3]})
+    case("concat", "F32.flipped_and_sliced", [Inp(rnd((3, 4), "F32"), FLIP0), Inp(rnd((3, 8), "F32"), sl(1, 1, 8, 3))],
+         lambda v: torch.cat(v, dim=1), args={"axis": 1})
+    case("pad", "F32.negative_crop", [rnd((3, 6), "F32")], lambda v: F.pad(v[0], (-1, -2)),
+         args={"axis": 1, "before": -1, "after": -2})
+    case("pad", "F32.sliced_view", [Inp(rnd((3, 8), "F32"), sl(1, 1, 8, 2))], lambda v: F.pad(v[0], (1, 1)),
+         args={"axis": 1, "before": 1, "after": 1})
+    case("repeat", "F32.flipped", [Inp(rnd((2, 3), "F32"), FLIP0)], lambda v: v[0].repeat(2, 2), args={"times": [2, 2]})
+    case("tril", "F32.dynamic_rect", [Inp(rnd((4, 6), "F32"), sym={0: "rows", 1: "cols"})], lambda v: v[0].tril(1),
+         args={"diagonal": 1})
     case("narrow", "F32.basic", [rnd((4, 6), "F32")], lambda v: v[0].narrow(1, 2, 3), args={"axis": 1, "start": 2, "length": 3})
 
     def pad_ref(x, a):
