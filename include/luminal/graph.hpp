@@ -80,6 +80,9 @@ class Graph {
   GraphTensor iota(const Expression& value, const Shape& shape, DType dtype = DType::I32);
   GraphTensor arange(const Expression& n, DType dtype = DType::I32);
   GraphTensor arange(double start, double end, double step, DType dtype = DType::F32);
+  // State that carries across executions (KV caches): after each execute, the
+  // persisted input `state` holds `value`. Returns the Output tensor of `value`.
+  GraphTensor update(const GraphTensor& state, const GraphTensor& value);
   GraphTensor custom_op(std::shared_ptr<const CustomOp> op, const std::vector<GraphTensor>& inputs,
                         const Shape& out_shape, DType dtype);
 

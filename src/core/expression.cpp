@@ -186,7 +186,7 @@ Iv mod_bounds(Iv a, Iv b) {
       }
     }
     if (n > 0) return {0, a.lo >= 0 ? std::min(n - 1, a.hi) : n - 1};
-    return {n + 1, a.hi <= 0 ? std::max(n + 1, a.lo) : i128(0)};
+    return {a.hi <= 0 ? std::max(n + 1, a.lo) : n + 1, 0};
   }
   if (b.lo >= 0) {
     i128 hi = b.hi >= kInf ? kInf : b.hi - 1;
@@ -492,40 +492,55 @@ Expression b_add(std::vector<Expression> xs) {
     if (t.base.node()->kind == ExprKind::Mod) has_mod = true;
 
   if (has_mod && merged.size() >= 2) {
-    // Dim-merge identity: c*(A%B) + c*B*(A/B) -> c*A.
-    for (size_t i = 0; i < merged.size(); ++i) {
-      const ExprNode* m = merged[i].base.node();
-      if (m->kind != ExprKind::Mod) continue;
-      const Expression& A = m->kids[0];
-      const Expression& B = m->kids[1];
-      int64_t c = merged[i].coeff;
-      Expression partner = b_mul({b_div(A, B), B, num(c)});
+    // Dim-merge identity: c*(A%B) + c*B*(A/B) -> c*A. `partner` is the part that must
+    // already be present in the sum (exact coefficients) next to term i; the pair is
+    // replaced by `whole` (partner + term i == whole).
+    auto try_merge = [&](size_t i, const Expression& partner, const Expression& whole) -> std::optional<Expression> {
       Linear p = linear(partner);
-      if (p.terms.empty()) continue;
+      if (p.terms.empty()) return std::nullopt;
       std::vector<bool> used(merged.size(), false);
       used[i] = true;
-      bool ok = true;
       for (const auto& pt : p.terms) {
         bool found = false;
-        for (size_t j = 0; j < merged.size(); ++j) {
-          if (!used[j] && merged[j].base == pt.base && merged[j].coeff == pt.coeff) {
-            used[j] = true;
-            found = true;
-            break;
-          }
+        for (size_t j = 0; j < merged.size() && !found; ++j) {
+          if (!used[j] && merged[j].base == pt.base && merged[j].coeff == pt.coeff) used[j] = found = true;
         }
-        if (!found) {
-          ok = false;
-          break;
-        }
+        if (!found) return std::nullopt;
       }
-      if (!ok) continue;
       std::vector<Expression> next;
       for (size_t j = 0; j < merged.size(); ++j)
         if (!used[j]) next.push_back(term_expr(merged[j]));
       next.push_back(num(wrap_add(l.k, wrap_neg(p.k))));
-      next.push_back(b_mul({A, num(c)}));
+      next.push_back(whole);
       return b_add(std::move(next));
+    };
+    for (size_t i = 0; i < merged.size(); ++i) {
+      const ExprNode* m = merged[i].base.node();
+      int64_t c = merged[i].coeff;
+      if (m->kind == ExprKind::Mod) {
+        // From the modulo side: look for c*B*(A/B).
+        const Expression& A = m->kids[0];
+        const Expression& B = m->kids[1];
+        if (auto r = try_merge(i, b_mul({b_div(A, B), B, num(c)}), b_mul({A, num(c)}))) return *r;
+      } else if (m->kind == ExprKind::Div) {
+        // From the division side: (X/n)*n*k + k*(X%n), where X%n may be canonicalised
+        // to a different (congruent) numerator, e.g. (z*3 + 1)%2 -> (z + 1)%2.
+        const Expression& X = m->kids[0];
+        if (auto n = const_of(m->kids[1]); n && *n > 0 && c % *n == 0) {
+          int64_t k = c / *n;
+          if (auto r = try_merge(i, b_mul({b_mod(X, m->kids[1]), num(k)}), b_mul({X, num(k)}))) return *r;
+        }
+      } else if (m->kind == ExprKind::Mul && m->kids.size() == 2) {
+        // Symbolic divisor: (X/B)*B*k + k*(X%B).
+        for (int d = 0; d < 2; ++d) {
+          const ExprNode* dv = m->kids[static_cast<size_t>(d)].node();
+          const Expression& other = m->kids[static_cast<size_t>(1 - d)];
+          if (dv->kind == ExprKind::Div && dv->kids[1] == other) {
+            if (auto r = try_merge(i, b_mul({b_mod(dv->kids[0], other), num(c)}), b_mul({dv->kids[0], num(c)})))
+              return *r;
+          }
+        }
+      }
     }
   }
 
@@ -539,13 +554,14 @@ Expression b_add(std::vector<Expression> xs) {
 }
 
 // ---- Mul ----
-constexpr size_t kMaxExpandTerms = 16;
-
+// Policy (confluent by construction): a constant times a single sum is distributed
+// (2*(a + b) -> a*2 + b*2); a sum multiplied by other non-constant factors is kept
+// as a factor, normalised to its primitive part (gcd of its coefficients and sign
+// of its first term moved into the product's constant): (a*2 + 4)*x -> (a + 2)*x*2.
 Expression b_mul(std::vector<Expression> xs) {
   int64_t c = 1;
   std::vector<Expression> fs;
   fs.reserve(xs.size());
-  std::vector<size_t> adds;
   for (const auto& x : xs) {
     const ExprNode* n = x.node();
     if (n->kind == ExprKind::Num) c = wrap_mul(c, n->value);
@@ -558,41 +574,27 @@ Expression b_mul(std::vector<Expression> xs) {
   }
   if (c == 0) return num(0);
   if (fs.empty()) return num(c);
-  size_t n_adds = 0, prod = 1;
-  for (const auto& f : fs) {
-    if (f.node()->kind == ExprKind::Add) {
-      ++n_adds;
-      prod = std::min<size_t>(prod * f.node()->kids.size(), 1u << 20);
+  if (fs.size() == 1) {
+    if (c == 1) return fs[0];
+    if (fs[0].node()->kind == ExprKind::Add) {
+      std::vector<Expression> terms;
+      for (const auto& t : fs[0].node()->kids) terms.push_back(b_mul({t, num(c)}));
+      return b_add(std::move(terms));
+    }
+  } else {
+    for (auto& f : fs) {
+      if (f.node()->kind != ExprKind::Add) continue;
+      Linear l = linear(f);
+      int64_t g = gcd_abs(0, l.k);
+      for (const auto& t : l.terms) g = gcd_abs(g, t.coeff);
+      if (g == 0) continue;
+      if (!l.terms.empty() && l.terms[0].coeff < 0) g = -g;
+      if (g == 1) continue;
+      for (auto& t : l.terms) t.coeff /= g;
+      f = from_linear(l.terms, l.k / g);
+      c = wrap_mul(c, g);
     }
   }
-  if (n_adds == 1 || (n_adds > 1 && prod <= kMaxExpandTerms)) {
-    // Distribute: the product of sums becomes a sum of products.
-    std::vector<Expression> others;
-    std::vector<std::vector<Expression>> partial{{}};
-    for (const auto& f : fs) {
-      if (f.node()->kind != ExprKind::Add) {
-        others.push_back(f);
-        continue;
-      }
-      std::vector<std::vector<Expression>> next;
-      for (const auto& p : partial)
-        for (const auto& t : f.node()->kids) {
-          auto q = p;
-          q.push_back(t);
-          next.push_back(std::move(q));
-        }
-      partial = std::move(next);
-    }
-    std::vector<Expression> sum;
-    sum.reserve(partial.size());
-    for (auto& p : partial) {
-      p.insert(p.end(), others.begin(), others.end());
-      p.push_back(num(c));
-      sum.push_back(b_mul(std::move(p)));
-    }
-    return b_add(std::move(sum));
-  }
-  if (fs.size() == 1 && c == 1) return fs[0];
   std::sort(fs.begin(), fs.end(), expr_less);
   if (c != 1) fs.push_back(num(c));
   return finish(ExprKind::Mul, fs);
@@ -777,6 +779,18 @@ Expression b_ceildiv(const Expression& a, const Expression& b) {
 }
 
 // ---- Min / Max ----
+// A canonical expression as (non-constant terms, constant offset), without interning.
+std::pair<std::span<const Expression>, int64_t> split_offset(const Expression& e) {
+  const ExprNode* n = e.node();
+  if (n->kind == ExprKind::Num) return {{}, n->value};
+  if (n->kind == ExprKind::Add) {
+    std::span<const Expression> kids = n->kids;
+    if (kids.back().node()->kind == ExprKind::Num) return {kids.first(kids.size() - 1), kids.back().node()->value};
+    return {kids, 0};
+  }
+  return {std::span<const Expression>(&e, 1), 0};
+}
+
 Expression b_minmax(ExprKind kind, std::vector<Expression> xs) {
   bool is_min = kind == ExprKind::Min;
   std::vector<Expression> args;
@@ -799,11 +813,11 @@ Expression b_minmax(ExprKind kind, std::vector<Expression> xs) {
     const ExprNode* qn = q.node();
     if (is_min ? (pn->has_hi && qn->has_lo && pn->hi <= qn->lo) : (pn->has_lo && qn->has_hi && pn->lo >= qn->hi))
       return true;
-    if (args.size() <= 4) {
-      Expression d = b_sub(p, q);
-      return is_min ? hi_le(d, 0) : lo_ge(d, 0);
-    }
-    return false;
+    // Same non-constant part: compare the constant offsets (min(x, x + 1) -> x).
+    auto [ps, pk] = split_offset(p);
+    auto [qs, qk] = split_offset(q);
+    if (ps.empty() || ps.size() != qs.size() || !std::equal(ps.begin(), ps.end(), qs.begin())) return false;
+    return is_min ? pk <= qk : pk >= qk;
   };
   std::vector<Expression> kept;
   for (const auto& x : args) {
@@ -889,7 +903,10 @@ Expression b_not(const Expression& a) {
 Expression b_logic(ExprKind kind, std::vector<Expression> xs) {
   bool is_and = kind == ExprKind::And;
   std::vector<Expression> args;
-  auto take = [&](const Expression& e) -> bool {  // returns true if the result is decided
+  auto take = [&](Expression e) -> bool {  // returns true if the result is decided
+    // Only truthiness matters inside And/Or: !!x -> x.
+    while (e.node()->kind == ExprKind::Not && e.node()->kids[0].node()->kind == ExprKind::Not)
+      e = e.node()->kids[0].node()->kids[0];
     if (auto v = const_of(e)) return is_and ? (*v == 0) : (*v != 0);
     if (known_nonzero(e)) return !is_and;
     args.push_back(e);

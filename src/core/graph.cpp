@@ -180,6 +180,24 @@ GraphTensor Graph::custom_op(std::shared_ptr<const CustomOp> op, const std::vect
   return GraphTensor(this, id, ShapeTracker::contiguous(out_shape), dtype);
 }
 
+GraphTensor Graph::update(const GraphTensor& state, const GraphTensor& value) {
+  LUMINAL_CHECK(&state.graph() == this && &value.graph() == this, "update: tensors belong to another graph");
+  LUMINAL_CHECK(node(state.id()).op == OpKind::Input, "update: the state must be an input tensor");
+  state.persist();
+  Node n;
+  n.op = OpKind::Output;
+  n.dtype = node(state.id()).dtype;
+  n.shape = node(state.id()).shape;
+  n.label = node(state.id()).label + ".next";
+  n.updates = state.id();
+  GraphTensor v = value.cast(n.dtype);
+  LUMINAL_CHECK(v.shape() == n.shape, "update: new value of '", node(state.id()).label, "' has shape ",
+                to_string(v.shape()), ", the state has ", to_string(n.shape));
+  n.inputs = {{v.id(), v.view()}};
+  NodeId id = add_node(std::move(n));
+  return GraphTensor(this, id, ShapeTracker::contiguous(nodes_[id].shape), nodes_[id].dtype);
+}
+
 void Graph::set_dim(std::string_view name, int64_t value) {
   LUMINAL_CHECK(name != Expression::kIndexName, "set_dim: '", name, "' is reserved for the index variable");
   LUMINAL_CHECK(value >= 0, "set_dim: dimension '", name, "' must be non-negative, got ", value);
