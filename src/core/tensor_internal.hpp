@@ -24,4 +24,20 @@ GraphTensor expr_scalar(Graph& g, const Expression& value, DType dtype = DType::
 // Same-dtype cast: materialises a view into a contiguous buffer.
 GraphTensor copy(const GraphTensor& x);
 
+// ---- index arithmetic (tensor_index.cpp) ----
+// Row-major strides of `shape` (in elements).
+std::vector<Expression> row_major_strides(const Shape& shape);
+// Coordinates of the flat element index z (Expression::index()) in a row-major `shape`.
+std::vector<Expression> index_coords(const Shape& shape);
+// I32 when `n` is a constant that fits comfortably, else I64.
+DType index_dtype(const Expression& n);
+// An integer scalar tensor of `value` (Constant when static, Iota when symbolic).
+GraphTensor int_scalar(Graph& g, const Expression& value, DType dtype);
+// Gather primitive: out[i] = data[flat_index[i]] over data's logical row-major order.
+GraphTensor gather_flat(const GraphTensor& data, const GraphTensor& flat_index);
+// Gather with a symbolic index: for each element of `out_shape` (coordinates from
+// index_coords(out_shape)), out = valid ? data[flat] : fill. `flat`/`valid` are functions of z.
+GraphTensor gather_expr(const GraphTensor& data, const Shape& out_shape, const Expression& flat,
+                        const Expression& valid, double fill = 0);
+
 }  // namespace luminal::detail

@@ -92,6 +92,47 @@ GraphTensor GraphTensor::logsumexp(std::vector<int> axes, bool keepdim) const {
   return r;
 }
 
+namespace {
+// Index (I64) of the first element along `axis` equal to the reduction `m` (keepdim).
+// NaN counts as the extreme, as in PyTorch (max/min propagate it).
+GraphTensor first_index_of(const GraphTensor& x, const GraphTensor& m, int axis, bool keepdim) {
+  GraphTensor hit = x.eq(m);
+  if (is_float(x.dtype())) hit = hit.logical_or(x.ne(x));
+  // The first hit has the largest (n - i): max over hit * (n - i), subtracted from n.
+  Expression n = x.dim(axis);
+  Graph& g = x.graph();
+  GraphTensor rev = g.iota(n - index_coords(x.shape())[axis], x.shape(), DType::I64);
+  return int_scalar(g, n, DType::I64) - (hit.cast(DType::I64) * rev).max({axis}, keepdim);
+}
+}  // namespace
+
+GraphTensor GraphTensor::argmax(int axis, bool keepdim) const {
+  axis = normalize_axis(axis, rank(), "argmax");
+  return first_index_of(*this, max({axis}, true), axis, keepdim);
+}
+
+GraphTensor GraphTensor::argmin(int axis, bool keepdim) const {
+  axis = normalize_axis(axis, rank(), "argmin");
+  return first_index_of(*this, min({axis}, true), axis, keepdim);
+}
+
+GraphTensor GraphTensor::cumsum(int axis) const {
+  axis = normalize_axis(axis, rank(), "cumsum");
+  GraphTensor x = is_float(dtype_) ? *this : cast(DType::I64);  // torch accumulates integers in int64
+  // (.., i, j, ..) holding x[.., j, ..] where j <= i and 0 elsewhere, summed over j.
+  Shape full = shape();
+  full.insert(full.begin() + axis + 1, dim(axis));
+  auto c = index_coords(full);
+  auto strides = row_major_strides(shape());
+  Expression flat = 0;
+  for (size_t d = 0; d < rank(); ++d) {
+    size_t from = d < static_cast<size_t>(axis) ? d : d + 1;  // skip i; the source axis reads j
+    flat = flat + c[from] * strides[d];
+  }
+  GraphTensor masked = gather_expr(x, full, flat, luminal::le(c[axis + 1], c[axis]));
+  return reduce(OpKind::SumReduce, masked, axis + 1);
+}
+
 GraphTensor GraphTensor::softmax(int axis) const {
   GraphTensor x = to_float(*this);
   GraphTensor m = x.max({axis}, true);
