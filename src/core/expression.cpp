@@ -970,8 +970,10 @@ Expression b_minmax(ExprKind kind, std::vector<Expression> xs) {
 }
 
 // ---- comparisons ----
-// Normalised difference: d = a - b as terms, constant, divided by the gcd of the
-// term coefficients. `exact` reports whether the constant was divisible.
+// a < b is decided from the bounds of d = a - b when possible; otherwise it is
+// normalised to P < N + k (P: positive terms of d, N: negated negative terms), with
+// the term coefficients divided by their gcd g (T*g + k < 0 <=> T + floor(k/g) < 0).
+// Eq is normalised the same way, with the sign fixed by the first term.
 Expression b_lt(const Expression& a, const Expression& b) {
   Expression d = b_sub(a, b);
   if (auto v = const_of(d)) return num(*v < 0 ? 1 : 0);
