@@ -248,7 +248,11 @@ void EGraph::add_rule(Rule rule) {
       bool is_let = std::any_of(rule.actions.begin(), rule.actions.end(), [&](const Action& a) {
         return a.kind == Action::Kind::Let && a.var == v;
       });
-      if (!is_let) state.keep.push_back(v);
+      if (!is_let) {
+        state.keep.push_back(v);
+        SortId sort = rule.vars[v].sort;
+        state.keep_is_class.push_back(sort != kInvalid && sorts_[sort].kind == ValueKind::Class);
+      }
     }
   }
   std::vector<size_t> sizes(rule.atoms.size(), 0);
@@ -270,8 +274,8 @@ void EGraph::add_rule(Rule rule) {
 class Matcher {
  public:
   Matcher(EGraph& g, const Rule& rule, const std::vector<PlanStep>& plan, bool full,
-          uint32_t since, size_t limit, const std::vector<int>& keep, std::vector<Value>& out)
-      : g_(g), rule_(rule), plan_(plan), full_(full), since_(since), limit_(limit), keep_(keep),
+          uint32_t since, size_t limit, const EGraph::RuleState& state, std::vector<uint32_t>& out)
+      : g_(g), rule_(rule), plan_(plan), full_(full), since_(since), limit_(limit), state_(state),
         out_(out), env_(rule.vars.size()) {}
 
   size_t run() {
@@ -290,7 +294,16 @@ class Matcher {
     if (i == plan_.size()) {
       ++count_;
       if (count_ > limit_) return false;
-      for (int v : keep_) out_.push_back(env_[v]);
+      for (size_t k = 0; k < state_.keep.size(); ++k) {
+        const Value& v = env_[state_.keep[k]];
+        if (state_.keep_is_class[k]) {
+          out_.push_back(v.as_class());
+        } else {
+          out_.push_back(static_cast<uint32_t>(v.kind()));
+          out_.push_back(static_cast<uint32_t>(v.bits()));
+          out_.push_back(static_cast<uint32_t>(v.bits() >> 32));
+        }
+      }
       return true;
     }
     const PlanStep& st = plan_[i];
@@ -404,18 +417,18 @@ class Matcher {
   bool full_;
   uint32_t since_;
   size_t limit_;
-  const std::vector<int>& keep_;
-  std::vector<Value>& out_;
+  const EGraph::RuleState& state_;
+  std::vector<uint32_t>& out_;
   std::vector<Value> env_;
   size_t count_ = 0;
 };
 
-size_t EGraph::search_rule(uint32_t r, size_t limit, bool naive, std::vector<Value>& matches) {
+size_t EGraph::search_rule(uint32_t r, size_t limit, bool naive, std::vector<uint32_t>& matches) {
   const Rule& rule = rules_[r];
   RuleState& state = rule_state_[r];
   if (rule.atoms.empty()) {  // a fact-free rule fires once
     if (state.since != 0) return 0;
-    return Matcher(*this, rule, state.plans[0], true, 0, limit, state.keep, matches).run();
+    return Matcher(*this, rule, state.plans[0], true, 0, limit, state, matches).run();
   }
   // Plans are re-made from the current table sizes (never frozen on empty tables).
   std::vector<size_t> sizes(rule.atoms.size());
@@ -428,13 +441,13 @@ size_t EGraph::search_rule(uint32_t r, size_t limit, bool naive, std::vector<Val
     size_t seed = std::min_element(sizes.begin(), sizes.end()) - sizes.begin();
     if (sizes[seed] == 0) return 0;
     state.plans[seed] = plan_for_seed(*this, rule, seed, sizes);
-    return Matcher(*this, rule, state.plans[seed], true, 0, limit, state.keep, matches).run();
+    return Matcher(*this, rule, state.plans[seed], true, 0, limit, state, matches).run();
   }
   size_t total = 0;
   for (size_t seed = 0; seed < rule.atoms.size(); ++seed) {
     if (sizes[seed] == 0) return 0;  // an empty table: no match at all
     state.plans[seed] = plan_for_seed(*this, rule, seed, sizes);
-    total += Matcher(*this, rule, state.plans[seed], false, state.since, limit - std::min(limit, total), state.keep, matches).run();
+    total += Matcher(*this, rule, state.plans[seed], false, state.since, limit - std::min(limit, total), state, matches).run();
     if (total > limit) break;
   }
   return total;
@@ -527,15 +540,23 @@ bool EGraph::run_action(const Rule& rule, const Action& act, std::vector<Value>&
   return true;
 }
 
-size_t EGraph::apply_rule(uint32_t r, const std::vector<Value>& matches, size_t count,
+size_t EGraph::apply_rule(uint32_t r, const std::vector<uint32_t>& matches, size_t count,
                           size_t node_limit) {
   const Rule& rule = rules_[r];
-  const std::vector<int>& keep = rule_state_[r].keep;
-  size_t width = keep.size(), applied = 0;
+  const RuleState& state = rule_state_[r];
+  size_t applied = 0, pos = 0;
   std::vector<Value> env(rule.vars.size());
   for (size_t m = 0; m < count; ++m) {
     if (live_nodes_ > node_limit) break;
-    for (size_t k = 0; k < width; ++k) env[keep[k]] = matches[m * width + k];
+    for (size_t k = 0; k < state.keep.size(); ++k) {
+      if (state.keep_is_class[k]) {
+        env[state.keep[k]] = Value::cls(matches[pos++]);
+      } else {
+        env[state.keep[k]] = Value::from_bits(static_cast<ValueKind>(matches[pos]),
+                                              matches[pos + 1] | (uint64_t{matches[pos + 2]} << 32));
+        pos += 3;
+      }
+    }
     uint64_t before = version_;
     for (const Action& act : rule.actions)
       if (!run_action(rule, act, env)) break;

@@ -213,8 +213,11 @@ class EGraph {
   struct RuleState {
     uint32_t since = 0;                    // stamp of the last completed search
     std::vector<std::vector<PlanStep>> plans;   // one per seed atom
-    std::vector<int> keep;                 // the variables actions read: what a match stores
-    std::vector<Value> matches;            // reused between iterations
+    // A match stores only the variables the actions read, packed: a class variable
+    // takes one word, any other value three (kind, low bits, high bits).
+    std::vector<int> keep;
+    std::vector<uint8_t> keep_is_class;
+    std::vector<uint32_t> matches;         // reused between iterations
     size_t times_banned = 0, banned_until = 0;
     RuleReport report;
   };
@@ -237,8 +240,8 @@ class EGraph {
   uint32_t function_row(FuncId f, std::span<const Value> args) const;
 
   // rules and runs (run.cpp)
-  size_t search_rule(uint32_t r, size_t limit, bool naive, std::vector<Value>& matches);
-  size_t apply_rule(uint32_t r, const std::vector<Value>& matches, size_t count, size_t node_limit);
+  size_t search_rule(uint32_t r, size_t limit, bool naive, std::vector<uint32_t>& matches);
+  size_t apply_rule(uint32_t r, const std::vector<uint32_t>& matches, size_t count, size_t node_limit);
   std::optional<Value> eval_term(const Rule& rule, uint32_t t, std::vector<Value>& env, bool mutate);
   bool run_action(const Rule& rule, const Action& a, std::vector<Value>& env);
   friend struct RunState;

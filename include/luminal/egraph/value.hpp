@@ -42,6 +42,7 @@ class Value {
   const Expression& as_expr() const;
   std::span<const Expression> as_expr_list() const;
   uint64_t bits() const { return bits_; }
+  static Value from_bits(ValueKind k, uint64_t bits) { return Value(k, bits); }  // with bits()
 
   // Readable form: 3, 2.5, "s", true, e7 (class), expressions via the printer hook.
   std::string to_string() const;
