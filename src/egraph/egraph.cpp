@@ -158,13 +158,19 @@ bool EGraph::node_equals(NodeId n, OpId op, const ClassId* ch, const Value* pl) 
   return true;
 }
 
+// Slots hold the node id in the low 32 bits and the high 32 bits of its hash above, so
+// a probe rejects most non-matching slots without touching the node.
+static constexpr uint64_t slot_of(NodeId n, uint64_t h) { return (h & 0xFFFFFFFF00000000ull) | n; }
+
 NodeId EGraph::memo_find(OpId op, const ClassId* ch, const Value* pl, uint64_t h) const {
   if (memo_.empty()) return kInvalid;
   size_t mask = memo_.size() - 1;
+  uint64_t tag = h & 0xFFFFFFFF00000000ull;
   for (size_t i = h & mask;; i = (i + 1) & mask) {
-    uint32_t e = memo_[i];
-    if (e == kEmpty) return kInvalid;
-    if (e != kTomb && node_equals(e, op, ch, pl)) return e;
+    uint64_t e = memo_[i];
+    uint32_t n = static_cast<uint32_t>(e);
+    if (n == kEmpty) return kInvalid;
+    if (n != kTomb && (e & 0xFFFFFFFF00000000ull) == tag && node_equals(n, op, ch, pl)) return n;
   }
 }
 
@@ -172,9 +178,10 @@ void EGraph::memo_insert(NodeId n, uint64_t h) {
   if ((memo_used_ + 1) * 4 > memo_.size() * 3) memo_grow();
   size_t mask = memo_.size() - 1;
   for (size_t i = h & mask;; i = (i + 1) & mask) {
-    if (memo_[i] == kEmpty || memo_[i] == kTomb) {
-      if (memo_[i] == kEmpty) ++memo_used_;
-      memo_[i] = n;
+    uint32_t e = static_cast<uint32_t>(memo_[i]);
+    if (e == kEmpty || e == kTomb) {
+      if (e == kEmpty) ++memo_used_;
+      memo_[i] = slot_of(n, h);
       return;
     }
   }
@@ -183,8 +190,9 @@ void EGraph::memo_insert(NodeId n, uint64_t h) {
 void EGraph::memo_erase(NodeId n, uint64_t h) {
   size_t mask = memo_.size() - 1;
   for (size_t i = h & mask;; i = (i + 1) & mask) {
-    LUMINAL_ASSERT(memo_[i] != kEmpty, "hashcons lost node ", n);
-    if (memo_[i] == n) {
+    uint32_t e = static_cast<uint32_t>(memo_[i]);
+    LUMINAL_ASSERT(e != kEmpty, "hashcons lost node ", n);
+    if (e == n) {
       memo_[i] = kTomb;
       return;
     }
@@ -192,14 +200,14 @@ void EGraph::memo_erase(NodeId n, uint64_t h) {
 }
 
 void EGraph::memo_grow() {
-  std::vector<uint32_t> live;
-  for (uint32_t e : memo_)
-    if (e != kEmpty && e != kTomb) live.push_back(e);
+  std::vector<uint64_t> live;
+  for (uint64_t e : memo_)
+    if (static_cast<uint32_t>(e) != kEmpty && static_cast<uint32_t>(e) != kTomb) live.push_back(e);
   size_t cap = 1024;
   while (cap < live.size() * 3) cap *= 2;
   memo_.assign(cap, kEmpty);
   memo_used_ = 0;
-  for (uint32_t e : live) memo_insert(e, hash_node(e));
+  for (uint64_t e : live) memo_insert(static_cast<uint32_t>(e), hash_node(static_cast<uint32_t>(e)));
 }
 
 // ---------------------------------------------------------------- nodes and classes

@@ -466,14 +466,19 @@ std::optional<Value> EGraph::eval_term(const Rule& rule, uint32_t t, std::vector
     case RuleTerm::Kind::Literal: return term.literal;
     default: break;
   }
-  Value args[16];
-  LUMINAL_ASSERT(term.args.size() <= 16, "term too wide");
-  for (size_t i = 0; i < term.args.size(); ++i) {
-    std::optional<Value> v = eval_term(rule, term.args[i], env, mutate);
+  // Arguments live on a scratch stack (no per-call arrays); popped on every exit.
+  size_t base = eval_stack_.size();
+  struct Pop {
+    std::vector<Value>& stack;
+    size_t base;
+    ~Pop() { stack.resize(base); }
+  } pop{eval_stack_, base};
+  for (uint32_t a : term.args) {
+    std::optional<Value> v = eval_term(rule, a, env, mutate);
     if (!v) return std::nullopt;
-    args[i] = *v;
+    eval_stack_.push_back(*v);
   }
-  std::span<const Value> span(args, term.args.size());
+  std::span<const Value> span(eval_stack_.data() + base, term.args.size());
   switch (term.kind) {
     case RuleTerm::Kind::Primitive: return prims_[term.id].second(span);
     case RuleTerm::Kind::Function: return get_function(term.id, span);

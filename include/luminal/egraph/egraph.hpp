@@ -266,7 +266,8 @@ class EGraph {
   std::vector<ENode> nodes_;
   std::vector<ClassId> child_store_;
   std::vector<Value> payload_store_;
-  std::vector<uint32_t> memo_;             // open addressing: node id or empty/tombstone
+  std::vector<uint64_t> memo_;             // open addressing: (hash high bits << 32) | node
+  std::vector<Value> eval_stack_;          // argument scratch for eval_term
   size_t memo_used_ = 0;                   // occupied incl. tombstones
   std::vector<std::vector<std::pair<uint32_t, NodeId>>> op_log_;  // per op: (stamp, node)
   std::vector<NodeId> pending_nodes_;      // parents of merged classes: re-canonicalise
