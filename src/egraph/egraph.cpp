@@ -411,7 +411,10 @@ void EGraph::rebuild() {
         continue;
       }
       // Congruent to an existing node: keep the older one, merge their classes.
-      if (!(e.flags & kSubsumed)) nodes_[twin].flags &= static_cast<uint8_t>(~kSubsumed);
+      if (!(e.flags & kSubsumed) && (nodes_[twin].flags & kSubsumed)) {
+        nodes_[twin].flags &= static_cast<uint8_t>(~kSubsumed);
+        touch(twin);  // visible again: new matches may use it
+      }
       e.flags |= kDead;
       --live_nodes_;
       dirty_classes_.push_back(find(e.cls));
