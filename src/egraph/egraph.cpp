@@ -72,6 +72,7 @@ OpId EGraph::declare_constructor(std::string_view name, std::vector<SortId> args
   ops_.push_back(std::move(info));
   op_names_.emplace(std::string(name), id);
   op_log_.emplace_back();
+  op_live_.push_back(0);
   return id;
 }
 
@@ -272,6 +273,7 @@ ClassId EGraph::add(OpId op, std::span<const Value> args) {
       dirty_classes_.push_back(ch[i]);
     }
   op_log_[op].emplace_back(clock_, n);
+  ++op_live_[op];
   memo_insert(n, h);
   ++live_nodes_;
   ++live_classes_;
@@ -352,12 +354,17 @@ void EGraph::subsume(NodeId n) {
   ++version_;
 }
 
+void EGraph::kill_node(NodeId n) {
+  nodes_[n].flags |= kDead;
+  --live_nodes_;
+  --op_live_[nodes_[n].op];
+  dirty_classes_.push_back(find(nodes_[n].cls));
+}
+
 void EGraph::remove(NodeId n) {
   if (nodes_[n].flags & kDead) return;
   memo_erase(n, hash_node(n));
-  nodes_[n].flags |= kDead;
-  --live_nodes_;
-  dirty_classes_.push_back(find(nodes_[n].cls));
+  kill_node(n);
   ++version_;
 }
 
@@ -415,10 +422,8 @@ void EGraph::rebuild() {
         nodes_[twin].flags &= static_cast<uint8_t>(~kSubsumed);
         touch(twin);  // visible again: new matches may use it
       }
-      e.flags |= kDead;
-      --live_nodes_;
-      dirty_classes_.push_back(find(e.cls));
-      union_classes(e.cls, nodes_[twin].cls);
+      kill_node(n);
+      union_classes(nodes_[n].cls, nodes_[twin].cls);
     }
     todo.clear();
     if (pending_nodes_.empty()) {
@@ -445,6 +450,16 @@ void EGraph::rebuild() {
   for (ClassId c : dirty_classes_)
     if (find(c) == c) compact_class(c);
   dirty_classes_.clear();
+  for (OpId op = 0; op < op_log_.size(); ++op) {
+    auto& log = op_log_[op];
+    if (log.size() <= 2 * size_t{op_live_[op]} + 64) continue;
+    log.erase(std::remove_if(log.begin(), log.end(),
+                             [&](const std::pair<uint32_t, NodeId>& entry) {
+                               const ENode& e = nodes_[entry.second];
+                               return e.stamp != entry.first || (e.flags & kDead);
+                             }),
+              log.end());
+  }
 }
 
 // ---------------------------------------------------------------- functions

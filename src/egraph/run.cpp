@@ -434,7 +434,7 @@ size_t EGraph::search_rule(uint32_t r, size_t limit, bool naive, std::vector<uin
   std::vector<size_t> sizes(rule.atoms.size());
   for (size_t a = 0; a < rule.atoms.size(); ++a) {
     const Atom& atom = rule.atoms[a];
-    sizes[a] = atom.is_function ? funcs_[atom.id].rows.size() : op_log_[atom.id].size();
+    sizes[a] = atom.is_function ? funcs_[atom.id].rows.size() : op_live_[atom.id];
   }
   if (state.since == 0 || naive) {
     // First search: no old rows, one full join seeded at the smallest table.

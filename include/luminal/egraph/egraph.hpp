@@ -236,6 +236,7 @@ class EGraph {
   void merge_analysis(ClassId into, ClassId from);
   void rebuild_functions();
   void compact_class(ClassId c);
+  void kill_node(NodeId n);
   Value make_analysis(uint32_t a, NodeId n) const;
   uint32_t function_row(FuncId f, std::span<const Value> args) const;
 
@@ -269,7 +270,11 @@ class EGraph {
   std::vector<uint64_t> memo_;             // open addressing: (hash high bits << 32) | node
   std::vector<Value> eval_stack_;          // argument scratch for eval_term
   size_t memo_used_ = 0;                   // occupied incl. tombstones
-  std::vector<std::vector<std::pair<uint32_t, NodeId>>> op_log_;  // per op: (stamp, node)
+  // Per operator, (stamp, node) in stamp order: the operator index and the semi-naive
+  // delta. A restamped node appends a new entry; the old one goes stale (its stamp no
+  // longer matches the node's) and is dropped when stale entries outnumber live ones.
+  std::vector<std::vector<std::pair<uint32_t, NodeId>>> op_log_;
+  std::vector<uint32_t> op_live_;          // live nodes per operator
   std::vector<NodeId> pending_nodes_;      // parents of merged classes: re-canonicalise
   std::vector<ClassId> dirty_classes_;     // classes whose node/parent lists need compacting
   std::vector<NodeId> analysis_pending_;   // nodes whose make() must be recomputed
