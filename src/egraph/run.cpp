@@ -552,7 +552,12 @@ size_t EGraph::apply_rule(uint32_t r, const std::vector<uint32_t>& matches, size
   size_t applied = 0, pos = 0;
   std::vector<Value> env(rule.vars.size());
   for (size_t m = 0; m < count; ++m) {
-    if (live_nodes_ > node_limit) break;
+    if (live_nodes_ > node_limit) {
+      // Over budget: part of it may be congruent duplicates (nodes built on stale
+      // children). Restore congruence and only give up if it is really spent.
+      rebuild();
+      if (live_nodes_ > node_limit) break;
+    }
     for (size_t k = 0; k < state.keep.size(); ++k) {
       if (state.keep_is_class[k]) {
         env[state.keep[k]] = Value::cls(matches[pos++]);
@@ -705,12 +710,18 @@ struct RunState {
     auto t1 = Clock::now();
     bool cut = false;  // the node budget ran out mid-apply: stop after this iteration
     for (size_t k = 0; k < members.size(); ++k) {
-      cut |= g.live_nodes_ > opt.node_limit;
+      if (g.live_nodes_ > opt.node_limit) {
+        g.rebuild();
+        cut |= g.live_nodes_ > opt.node_limit;
+      }
       auto t0 = Clock::now();
       rules[members[k]].applications += g.apply_rule(members[k], g.rule_state_[members[k]].matches, counts[k], opt.node_limit);
       rules[members[k]].apply_s += seconds_since(t0);
     }
-    cut |= g.live_nodes_ > opt.node_limit;
+    if (g.live_nodes_ > opt.node_limit) {
+      g.rebuild();
+      cut |= g.live_nodes_ > opt.node_limit;
+    }
     report.apply_s += seconds_since(t1);
     auto t2 = Clock::now();
     g.rebuild();
