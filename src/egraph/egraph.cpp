@@ -68,6 +68,7 @@ OpId EGraph::declare_constructor(std::string_view name, std::vector<SortId> args
     info.slot.push_back(payload ? info.num_payloads++ : info.num_children++);
   }
   info.args = std::move(args);
+  info.small_key = info.num_children <= 2 && info.num_payloads == 0;
   OpId id = static_cast<OpId>(ops_.size());
   ops_.push_back(std::move(info));
   op_names_.emplace(std::string(name), id);
@@ -159,30 +160,36 @@ bool EGraph::node_equals(NodeId n, OpId op, const ClassId* ch, const Value* pl) 
   return true;
 }
 
-// Slots hold the node id in the low 32 bits and the high 32 bits of its hash above, so
-// a probe rejects most non-matching slots without touching the node.
-static constexpr uint64_t slot_of(NodeId n, uint64_t h) { return (h & 0xFFFFFFFF00000000ull) | n; }
+EGraph::MemoSlot EGraph::memo_key(OpId op, const ClassId* ch, uint64_t h) const {
+  const OpInfo& info = ops_[op];
+  if (!info.small_key) return {0, op, static_cast<uint32_t>(h >> 32), 0};
+  return {0, op, info.num_children > 0 ? ch[0] : kInvalid, info.num_children > 1 ? ch[1] : kInvalid};
+}
 
 NodeId EGraph::memo_find(OpId op, const ClassId* ch, const Value* pl, uint64_t h) const {
   if (memo_.empty()) return kInvalid;
   size_t mask = memo_.size() - 1;
-  uint64_t tag = h & 0xFFFFFFFF00000000ull;
+  MemoSlot key = memo_key(op, ch, h);
+  bool exact = ops_[op].small_key;
   for (size_t i = h & mask;; i = (i + 1) & mask) {
-    uint64_t e = memo_[i];
-    uint32_t n = static_cast<uint32_t>(e);
-    if (n == kEmpty) return kInvalid;
-    if (n != kTomb && (e & 0xFFFFFFFF00000000ull) == tag && node_equals(n, op, ch, pl)) return n;
+    const MemoSlot& e = memo_[i];
+    if (e.node == kEmpty) return kInvalid;
+    if (e.node != kTomb && e.op == key.op && e.a == key.a && e.b == key.b &&
+        (exact || node_equals(e.node, op, ch, pl)))
+      return e.node;
   }
 }
 
 void EGraph::memo_insert(NodeId n, uint64_t h) {
   if ((memo_used_ + 1) * 4 > memo_.size() * 3) memo_grow();
   size_t mask = memo_.size() - 1;
+  MemoSlot key = memo_key(nodes_[n].op, child_store_.data() + nodes_[n].children, h);
+  key.node = n;
   for (size_t i = h & mask;; i = (i + 1) & mask) {
-    uint32_t e = static_cast<uint32_t>(memo_[i]);
+    uint32_t e = memo_[i].node;
     if (e == kEmpty || e == kTomb) {
       if (e == kEmpty) ++memo_used_;
-      memo_[i] = slot_of(n, h);
+      memo_[i] = key;
       return;
     }
   }
@@ -191,24 +198,24 @@ void EGraph::memo_insert(NodeId n, uint64_t h) {
 void EGraph::memo_erase(NodeId n, uint64_t h) {
   size_t mask = memo_.size() - 1;
   for (size_t i = h & mask;; i = (i + 1) & mask) {
-    uint32_t e = static_cast<uint32_t>(memo_[i]);
+    uint32_t e = memo_[i].node;
     LUMINAL_ASSERT(e != kEmpty, "hashcons lost node ", n);
     if (e == n) {
-      memo_[i] = kTomb;
+      memo_[i].node = kTomb;
       return;
     }
   }
 }
 
 void EGraph::memo_grow() {
-  std::vector<uint64_t> live;
-  for (uint64_t e : memo_)
-    if (static_cast<uint32_t>(e) != kEmpty && static_cast<uint32_t>(e) != kTomb) live.push_back(e);
+  std::vector<NodeId> live;
+  for (const MemoSlot& e : memo_)
+    if (e.node != kEmpty && e.node != kTomb) live.push_back(e.node);
   size_t cap = 1024;
   while (cap < live.size() * 3) cap *= 2;
-  memo_.assign(cap, kEmpty);
+  memo_.assign(cap, MemoSlot{kEmpty, 0, 0, 0});
   memo_used_ = 0;
-  for (uint64_t e : live) memo_insert(static_cast<uint32_t>(e), hash_node(static_cast<uint32_t>(e)));
+  for (NodeId n : live) memo_insert(n, hash_node(n));
 }
 
 // ---------------------------------------------------------------- nodes and classes

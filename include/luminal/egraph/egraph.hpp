@@ -40,6 +40,7 @@ struct OpInfo {
   std::vector<SortId> args;            // declared argument sorts, in order
   std::vector<uint32_t> slot;          // arg i -> index among children or among payloads
   uint32_t num_children = 0, num_payloads = 0;
+  bool small_key = false;              // <= 2 children, no payloads: key fits a hashcons slot
   double cost = 1;
   bool unextractable = false;
 };
@@ -267,7 +268,12 @@ class EGraph {
   std::vector<ENode> nodes_;
   std::vector<ClassId> child_store_;
   std::vector<Value> payload_store_;
-  std::vector<uint64_t> memo_;             // open addressing: (hash high bits << 32) | node
+  // Hashcons slots carry the key of nodes with at most two children and no payloads
+  // (op, child, child), so probes for them never touch the node; other nodes keep a
+  // 32-bit hash tag and are compared against the node.
+  struct MemoSlot { uint32_t node, op, a, b; };
+  MemoSlot memo_key(OpId op, const ClassId* ch, uint64_t h) const;
+  std::vector<MemoSlot> memo_;             // open addressing
   std::vector<Value> eval_stack_;          // argument scratch for eval_term
   size_t memo_used_ = 0;                   // occupied incl. tombstones
   // Per operator, (stamp, node) in stamp order: the operator index and the semi-naive
