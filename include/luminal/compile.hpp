@@ -1,0 +1,69 @@
+// Compile options: how much search to spend and how to bucket dynamic dims.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace luminal {
+
+// An inclusive range of values of one dynamic dim, searched with `representative`.
+struct DimBucket {
+  int64_t min = 0, max = 0;
+  std::optional<int64_t> representative_value;  // default: midpoint
+  DimBucket(int64_t lo, int64_t hi) : min(lo), max(hi) {}
+  DimBucket& representative(int64_t v) { representative_value = v; return *this; }
+  int64_t rep() const { return representative_value.value_or((min + max) / 2); }
+  bool contains(int64_t v) const { return v >= min && v <= max; }
+};
+
+// What a compile did, phase by phase (seconds).
+struct CompileReport {
+  double find_repeats_s = 0, build_egraph_s = 0, saturate_s = 0, search_s = 0, stitch_load_s = 0, total_s = 0;
+  int64_t segments_compiled = 0, block_copies = 0, block_period = 0;
+  int64_t egraph_nodes = 0, egraph_classes = 0, choice_slots = 0;
+  int64_t candidates = 0, rejected = 0;
+  int64_t plans = 0;
+  std::string egraph_stop;  // why saturation stopped (last segment)
+  std::string to_string() const;
+};
+
+struct CompileOptions {
+  int64_t search_graph_limit_ = 100;  // candidates profiled at most
+  std::chrono::duration<double> search_time_limit_{std::chrono::hours(24 * 365)};
+  int generation_size_ = 10;
+  int mutations_ = 10;
+  int trials_ = 3;
+  int keep_best_ = 1;
+  std::chrono::duration<double> profile_timeout_{1.0};
+  uint64_t seed_ = 0;
+  std::optional<int64_t> memory_limit_bytes_;
+  std::map<std::string, std::vector<DimBucket>> dim_buckets_;
+  bool verbose_ = false;  // progress bar and summary on stderr
+  std::vector<std::string> rulesets_ = {"core"};  // saturated before search
+  int64_t egraph_node_limit_ = 200'000;
+  struct CompileReport* report_ = nullptr;  // filled when set
+
+  CompileOptions& search_graph_limit(int64_t v) { search_graph_limit_ = v; return *this; }
+  CompileOptions& search_time_limit(std::chrono::duration<double> v) { search_time_limit_ = v; return *this; }
+  CompileOptions& generation_size(int v) { generation_size_ = v; return *this; }
+  CompileOptions& mutations(int v) { mutations_ = v; return *this; }
+  CompileOptions& trials(int v) { trials_ = v; return *this; }
+  CompileOptions& keep_best(int v) { keep_best_ = v; return *this; }
+  CompileOptions& profile_timeout(std::chrono::duration<double> v) { profile_timeout_ = v; return *this; }
+  CompileOptions& seed(uint64_t v) { seed_ = v; return *this; }
+  CompileOptions& memory_limit(int64_t bytes) { memory_limit_bytes_ = bytes; return *this; }
+  CompileOptions& dim_buckets(const std::string& dim, std::vector<DimBucket> buckets) {
+    dim_buckets_[dim] = std::move(buckets);
+    return *this;
+  }
+  CompileOptions& verbose(bool v = true) { verbose_ = v; return *this; }
+  CompileOptions& rulesets(std::vector<std::string> v) { rulesets_ = std::move(v); return *this; }
+  CompileOptions& egraph_node_limit(int64_t v) { egraph_node_limit_ = v; return *this; }
+  CompileOptions& report(struct CompileReport* r) { report_ = r; return *this; }
+};
+
+}  // namespace luminal

@@ -1,0 +1,216 @@
+// Indexing and sorting: gather, scatter, index_select, embedding, one_hot, argsort,
+// sort and topk. Flat indices are built from Iota (symbolic in the element index z)
+// plus integer arithmetic on the user's index tensor, then fed to Gather/Scatter.
+//
+// Limitations (documented on purpose):
+//   * negative indices are not supported (PyTorch raises; here an index outside the
+//     tensor's flat range is a runtime error, one that only overflows its own axis
+//     silently reads a neighbouring row);
+//   * scatter with duplicate indices: any one of the writes may win;
+//   * sorting is rank based (O(n^2) comparisons per sorted row). NaN sorts as the
+//     largest value (after +inf), as in PyTorch.
+#include <cmath>
+#include <limits>
+
+#include "tensor_internal.hpp"
+
+namespace luminal {
+namespace detail {
+
+std::vector<Expression> row_major_strides(const Shape& shape) {
+  std::vector<Expression> strides(shape.size());
+  Expression s = 1;
+  for (size_t d = shape.size(); d-- > 0;) {
+    strides[d] = s;
+    s = s * shape[d];
+  }
+  return strides;
+}
+
+std::vector<Expression> index_coords(const Shape& shape) {
+  auto strides = row_major_strides(shape);
+  Expression z = Expression::index();
+  std::vector<Expression> coords(shape.size());
+  for (size_t d = 0; d < shape.size(); ++d)
+    coords[d] = d == 0 ? z / strides[d] : (z / strides[d]) % shape[d];
+  return coords;
+}
+
+DType index_dtype(const Expression& n) {
+  auto c = n.as_constant();
+  return c && *c < (int64_t{1} << 30) ? DType::I32 : DType::I64;
+}
+
+GraphTensor int_scalar(Graph& g, const Expression& value, DType dtype) {
+  if (auto c = value.as_constant()) return g.constant(static_cast<double>(*c), dtype);
+  return expr_scalar(g, value, dtype);
+}
+
+GraphTensor gather_flat(const GraphTensor& data, const GraphTensor& flat_index) {
+  LUMINAL_CHECK(!is_float(flat_index.dtype()), "gather: indices must be integers, got ",
+                dtype_name(flat_index.dtype()));
+  Node n;
+  n.op = OpKind::Gather;
+  n.dtype = data.dtype();
+  n.shape = flat_index.shape();
+  n.inputs = {{flat_index.id(), flat_index.view()}, {data.id(), data.view()}};
+  return make_node(data.graph(), std::move(n));
+}
+
+GraphTensor gather_expr(const GraphTensor& data, const Shape& out_shape, const Expression& flat,
+                        const Expression& valid, double fill) {
+  Graph& g = data.graph();
+  Expression n = data.numel();
+  GraphTensor src = data.reshape({n});
+  if (!(valid == Expression(1))) {
+    // Invalid positions read one extra trailing element holding `fill`.
+    src = fill == 0 ? src.pad(0, 0, 1)
+                    : GraphTensor::concat({src, g.constant(fill, data.dtype()).expand({1})}, 0);
+  }
+  Expression index = valid == Expression(1) ? flat : valid * flat + (1 - valid) * n;
+  return gather_flat(src, g.iota(index, out_shape, index_dtype(n + 1)));
+}
+
+}  // namespace detail
+
+using namespace detail;
+
+namespace {
+// torch's rule: index.size(d) <= self.size(d). Only checked when both sizes are
+// static; symbolic sizes are trusted (they are only known at execute time).
+bool fits(const Expression& inner, const Expression& outer) {
+  auto a = inner.as_constant(), b = outer.as_constant();
+  return inner == outer || !a || !b || *a <= *b;
+}
+
+// Flat index into a row-major tensor of `shape` for each element of `index`, which
+// replaces the coordinate along `axis`.
+GraphTensor flat_along_axis(const Shape& shape, int axis, const GraphTensor& index) {
+  auto strides = row_major_strides(shape);
+  auto coords = index_coords(index.shape());
+  Expression base = 0;
+  for (size_t d = 0; d < shape.size(); ++d)
+    if (static_cast<int>(d) != axis) base = base + coords[d] * strides[d];
+  Graph& g = index.graph();
+  DType dt = index_dtype(product(shape));
+  return g.iota(base, index.shape(), dt) + index.cast(dt) * int_scalar(g, strides[axis], dt);
+}
+
+// Coordinate along `axis` of every element of `shape`, as an I64 tensor.
+GraphTensor axis_iota(Graph& g, const Shape& shape, int axis) {
+  return g.iota(index_coords(shape)[axis], shape, DType::I64);
+}
+
+void check_index(const GraphTensor& self, const GraphTensor& index, const char* op) {
+  LUMINAL_CHECK(!is_float(index.dtype()), op, ": index must be an integer tensor, got ", dtype_name(index.dtype()));
+  LUMINAL_CHECK(index.rank() == self.rank(), op, ": index ", to_string(index.shape()), " and self ",
+                to_string(self.shape()), " must have the same rank");
+}
+}  // namespace
+
+GraphTensor GraphTensor::gather(int axis, const GraphTensor& index) const {
+  axis = normalize_axis(axis, rank(), "gather");
+  check_index(*this, index, "gather");
+  for (int d = 0; d < static_cast<int>(rank()); ++d)
+    LUMINAL_CHECK(d == axis || fits(index.dim(d), dim(d)), "gather: index ", to_string(index.shape()),
+                  " is larger than self ", to_string(shape()), " in dimension ", d);
+  return gather_flat(*this, flat_along_axis(shape(), axis, index));
+}
+
+GraphTensor GraphTensor::scatter(int axis, const GraphTensor& index, const GraphTensor& src_in) const {
+  axis = normalize_axis(axis, rank(), "scatter");
+  check_index(*this, index, "scatter");
+  LUMINAL_CHECK(src_in.rank() == rank(), "scatter: src ", to_string(src_in.shape()), " and self ",
+                to_string(shape()), " must have the same rank");
+  GraphTensor src = src_in.cast(dtype_);
+  for (int d = 0; d < static_cast<int>(rank()); ++d) {
+    LUMINAL_CHECK(d == axis || fits(index.dim(d), dim(d)), "scatter: index ", to_string(index.shape()),
+                  " is larger than self ", to_string(shape()), " in dimension ", d);
+    LUMINAL_CHECK(fits(index.dim(d), src.dim(d)), "scatter: index ", to_string(index.shape()),
+                  " is larger than src ", to_string(src_in.shape()), " in dimension ", d);
+    if (!(index.dim(d) == src.dim(d))) src = src.slice(d, 0, index.dim(d));  // torch uses src's leading part
+  }
+  GraphTensor flat = flat_along_axis(shape(), axis, index);
+  Node n;
+  n.op = OpKind::Scatter;
+  n.dtype = dtype_;
+  n.shape = shape();
+  n.inputs = {{id_, view_}, {flat.id(), flat.view()}, {src.id(), src.view()}};
+  return make_node(*graph_, std::move(n));
+}
+
+GraphTensor GraphTensor::index_select(int axis, const GraphTensor& index) const {
+  axis = normalize_axis(axis, rank(), "index_select");
+  LUMINAL_CHECK(index.rank() == 1, "index_select: index must be 1-D, got ", to_string(index.shape()));
+  Shape out = shape();
+  out[axis] = index.dim(0);
+  GraphTensor idx = index;
+  for (int d = 0; d < axis; ++d) idx = idx.unsqueeze(0);
+  while (idx.rank() < rank()) idx = idx.unsqueeze(-1);
+  return gather(axis, idx.expand(out));
+}
+
+GraphTensor GraphTensor::embedding(const GraphTensor& ids) const {
+  LUMINAL_CHECK(rank() == 2, "embedding: table must be (vocab, dim), got ", to_string(shape()));
+  LUMINAL_CHECK(!is_float(ids.dtype()), "embedding: ids must be integers, got ", dtype_name(ids.dtype()));
+  Shape out = ids.shape();
+  out.push_back(dim(1));
+  return index_select(0, ids.reshape({ids.numel()})).reshape(out);
+}
+
+GraphTensor GraphTensor::one_hot(int64_t num_classes) const {
+  LUMINAL_CHECK(!is_float(dtype_), "one_hot: needs an integer tensor, got ", dtype_name(dtype_));
+  LUMINAL_CHECK(num_classes > 0, "one_hot: num_classes must be positive, got ", num_classes);
+  return unsqueeze(-1).eq(graph_->arange(num_classes, DType::I64)).cast(DType::I64);
+}
+
+// ---- sorting ----
+namespace {
+// Position of each element along `axis` after a stable sort (I64, same shape as x).
+// Element i goes after element j when x_j orders before x_i, or they are equal and
+// j < i. Compared over a (.., i, j, ..) broadcast, then counted.
+GraphTensor sort_positions(const GraphTensor& x, int axis, bool descending) {
+  Shape full = x.shape();
+  full.insert(full.begin() + axis + 1, x.dim(axis));
+  GraphTensor xi = x.unsqueeze(axis + 1).expand(full);
+  GraphTensor xj = x.unsqueeze(axis).expand(full);
+  auto c = index_coords(full);
+  GraphTensor j_first = x.graph().iota(lt(c[axis + 1], c[axis]), full, DType::Bool);
+  auto ahead = [&](const GraphTensor& a, const GraphTensor& b) { return descending ? b.lt(a) : a.lt(b); };
+  if (!is_float(x.dtype())) {
+    return ahead(xj, xi).logical_or(xj.eq(xi).logical_and(j_first)).sum({axis + 1});
+  }
+  // NaN sorts after every number (before, when descending): compare (is_nan, value) pairs
+  // with NaNs replaced by 0.
+  auto nan = [](const GraphTensor& t) { return t.ne(t); };
+  auto clean = [&](const GraphTensor& t) { return GraphTensor::where(nan(t), scalar_like(t, 0), t); };
+  GraphTensor ni = nan(xi).cast(DType::I32), nj = nan(xj).cast(DType::I32);
+  GraphTensor vi = clean(xi), vj = clean(xj);
+  GraphTensor nan_ahead = descending ? ni.lt(nj) : nj.lt(ni);
+  GraphTensor value_ahead = ahead(vj, vi).logical_or(vj.eq(vi).logical_and(j_first));
+  return nan_ahead.logical_or(nj.eq(ni).logical_and(value_ahead)).sum({axis + 1});
+}
+}  // namespace
+
+GraphTensor GraphTensor::argsort(int axis, bool descending) const {
+  axis = normalize_axis(axis, rank(), "argsort");
+  GraphTensor pos = sort_positions(*this, axis, descending);
+  // result[.., pos_i, ..] = i
+  GraphTensor zeros = graph_->constant(0, DType::I64).expand(shape());
+  return zeros.scatter(axis, pos, axis_iota(*graph_, shape(), axis));
+}
+
+std::pair<GraphTensor, GraphTensor> GraphTensor::sort(int axis, bool descending) const {
+  GraphTensor idx = argsort(axis, descending);
+  return {gather(axis, idx), idx};
+}
+
+std::pair<GraphTensor, GraphTensor> GraphTensor::topk(int64_t k, int axis, bool largest) const {
+  axis = normalize_axis(axis, rank(), "topk");
+  LUMINAL_CHECK(k >= 0 && fits(k, dim(axis)), "topk: k = ", k, " is out of range for dimension ", axis,
+                " of size ", dim(axis));
+  GraphTensor idx = argsort(axis, largest).slice(axis, Expression(0), Expression(k));
+  return {gather(axis, idx), idx};
+}
+
+}  // namespace luminal
