@@ -71,13 +71,20 @@ void register_builtin_primitives(EGraph& g) {
   compare(">", [](const auto& x, const auto& y) { return x > y; });
   compare("<=", [](const auto& x, const auto& y) { return x <= y; });
   compare(">=", [](const auto& x, const auto& y) { return x >= y; });
-  g.register_primitive("=", [](Args a) -> std::optional<Value> {
+  // Equality is identity of values, except that a constant Expression equals the i64
+  // with its value, so `(= (expr-coeff ?s "z") 1)` reads naturally.
+  auto same = [](const Value& x, const Value& y) {
+    if (x.kind() == ValueKind::Expr && y.kind() == ValueKind::I64) return x.as_expr().as_constant() == y.as_i64();
+    if (x.kind() == ValueKind::I64 && y.kind() == ValueKind::Expr) return y.as_expr().as_constant() == x.as_i64();
+    return x == y;
+  };
+  g.register_primitive("=", [=](Args a) -> std::optional<Value> {
     if (a.size() != 2) return std::nullopt;
-    return Value::boolean(a[0] == a[1]);
+    return Value::boolean(same(a[0], a[1]));
   });
-  g.register_primitive("!=", [](Args a) -> std::optional<Value> {
+  g.register_primitive("!=", [=](Args a) -> std::optional<Value> {
     if (a.size() != 2) return std::nullopt;
-    return Value::boolean(!(a[0] == a[1]));
+    return Value::boolean(!same(a[0], a[1]));
   });
   g.register_primitive("and", [](Args a) -> std::optional<Value> {
     bool r = true;

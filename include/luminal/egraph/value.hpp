@@ -60,8 +60,8 @@ class Value {
 // numbers, lexicographic for strings, intern order for Expressions and classes.
 bool value_less(const Value& a, const Value& b);
 
-// How Expression payloads are printed in dumps and extracted terms. The engine depends
-// only on the Expression header; the host installs `[](auto& e){ return e.to_string(); }`.
+// How Expression payloads are printed in dumps and extracted terms (default:
+// Expression::to_string()). Pass an empty function to restore the default.
 void set_expression_printer(std::function<std::string(const Expression&)> printer);
 
 }  // namespace luminal::egraph
