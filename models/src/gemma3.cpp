@@ -30,7 +30,11 @@ TransformerConfig parse_gemma3_config(const nlohmann::json& j) {
   const double qpas = r.number_or("query_pre_attn_scalar", 256);
   LUMINAL_CHECK(qpas > 0, "config.json: query_pre_attn_scalar must be positive, got ", qpas);
   c.attention_scale = std::pow(qpas, -0.5);
-  c.attn_logit_softcapping = r.optional_number("attn_logit_softcapping");
+  // attn_logit_softcapping is read but not applied: transformers' Gemma3Attention never
+  // passes it to the attention function (Gemma 3 replaced Gemma 2's soft-capping with
+  // QK-norm), and parity with transformers is the contract. nn::AttentionOptions::softcap
+  // implements it for families that use it.
+  (void)r.optional_number("attn_logit_softcapping");
   c.final_logit_softcapping = r.optional_number("final_logit_softcapping");
   c.sliding_window = r.optional_integer("sliding_window");
   if (!c.sliding_window) c.sliding_window = 4096;

@@ -7,7 +7,8 @@
 //   Gemma3ForCausalLM  (gemma3_text) (1+w) RMSNorm before and after attention and MLP,
 //                                    QK-norm, sqrt(hidden)-scaled embeddings, GeGLU,
 //                                    sliding-window/global layers with their own RoPE,
-//                                    query_pre_attn_scalar, logit soft-capping
+//                                    query_pre_attn_scalar, final logit soft-capping
+//                                    (attn_logit_softcapping is ignored, as transformers does)
 // Unsupported options raise luminal::Error naming the option.
 #pragma once
 
