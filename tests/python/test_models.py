@@ -208,7 +208,7 @@ def test_llama_sharded_bf16(luminal, tmp_path):
 def test_llama3_8b_width_one_layer(luminal, tmp_path):
     """hidden 4096, 32 heads, 8 KV heads, intermediate 14336, one layer, small vocab."""
     cfg = llama_config(hidden_size=4096, intermediate_size=14336, num_hidden_layers=1, num_attention_heads=32,
-                       num_key_value_heads=8, vocab_size=256, max_position_embeddings=8192,
+                       num_key_value_heads=8, vocab_size=256, max_position_embeddings=131072,
                        rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
                                      "high_freq_factor": 4.0, "original_max_position_embeddings": 8192})
     d = save_model(transformers.LlamaForCausalLM, cfg, tmp_path / "llama3_8b_layer")
