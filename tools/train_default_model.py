@@ -9,7 +9,8 @@ Writes a Hugging Face model directory (config.json, model.safetensors,
 tokenizer.json, tokenizer_config.json, generation_config.json) plus
 training_log.json with the recipe and the final losses.
 Everything is seeded; the only source of run-to-run variation is the
-wall-clock budget, which decides the number of optimizer steps.
+wall-clock budget, which decides the number of optimizer steps (pass --steps N
+to reproduce a run exactly: training_log.json records N).
 """
 from __future__ import annotations
 
@@ -85,14 +86,16 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--corpus", default="/usr/share/games/fortunes")
     ap.add_argument("--out", default="models/default")
-    ap.add_argument("--minutes", type=float, default=12.0, help="wall-clock budget for the LM training loop")
+    ap.add_argument("--minutes", type=float, default=20.0, help="wall-clock budget for the LM training loop")
+    ap.add_argument("--steps", type=int, default=None,
+                    help="fixed number of optimizer steps (default: as many as fit in --minutes)")
     ap.add_argument("--vocab", type=int, default=2048)
     ap.add_argument("--hidden", type=int, default=128)
     ap.add_argument("--layers", type=int, default=4)
     ap.add_argument("--heads", type=int, default=4)
     ap.add_argument("--kv-heads", type=int, default=2)
     ap.add_argument("--seq", type=int, default=256)
-    ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--lr", type=float, default=3e-3)
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--threads", type=int, default=2)
@@ -183,10 +186,12 @@ def main() -> None:
         model.train()
         return sum(losses) / len(x)
 
+    # Schedule: linear warm-up, then cosine decay to 10% over the run's progress. Progress is
+    # step / --steps when --steps is given (exactly reproducible), else elapsed / budget, so
+    # the loop always ends within the wall-clock budget even on a busy shared machine.
     budget = args.minutes * 60.0
     warmup = 30
     min_lr_frac = 0.1
-    total_steps = None  # decided after timing the first steps
     step = 0
     t_loop = time.time()
     log = []
@@ -194,18 +199,13 @@ def main() -> None:
     model.train()
     while True:
         elapsed = time.time() - t_loop
-        if total_steps is None and step == 20:
-            per_step = elapsed / 20
-            total_steps = max(40, int(budget / per_step))
-            print(f"{per_step:.2f} s/step -> {total_steps} steps in the budget", flush=True)
-        horizon = total_steps or 10**9
-        if step >= horizon:
+        progress = step / args.steps if args.steps else elapsed / budget
+        if progress >= 1.0:
             break
         if step < warmup:
             lr = args.lr * (step + 1) / warmup
         else:
-            frac = min(1.0, (step - warmup) / max(1, horizon - warmup))
-            lr = args.lr * (min_lr_frac + (1 - min_lr_frac) * 0.5 * (1 + math.cos(math.pi * frac)))
+            lr = args.lr * (min_lr_frac + (1 - min_lr_frac) * 0.5 * (1 + math.cos(math.pi * progress)))
         for gr in opt.param_groups:
             gr["lr"] = lr
         xb = batch(train_ids, args.batch, gen)
@@ -217,7 +217,7 @@ def main() -> None:
         li = loss.item()
         train_loss_ema = li if train_loss_ema is None else 0.95 * train_loss_ema + 0.05 * li
         step += 1
-        if step % 50 == 0:
+        if step % 100 == 0:
             vl = eval_loss(val_batch)
             log.append({"step": step, "train_loss": train_loss_ema, "val_loss": vl, "lr": lr,
                         "elapsed_s": time.time() - t_loop})
