@@ -20,6 +20,17 @@ struct DimBucket {
   bool contains(int64_t v) const { return v >= min && v <= max; }
 };
 
+// What a compile did, phase by phase (seconds).
+struct CompileReport {
+  double find_repeats_s = 0, build_egraph_s = 0, saturate_s = 0, search_s = 0, stitch_load_s = 0, total_s = 0;
+  int64_t segments_compiled = 0, block_copies = 0, block_period = 0;
+  int64_t egraph_nodes = 0, egraph_classes = 0, choice_slots = 0;
+  int64_t candidates = 0, rejected = 0;
+  int64_t plans = 0;
+  std::string egraph_stop;  // why saturation stopped (last segment)
+  std::string to_string() const;
+};
+
 struct CompileOptions {
   int64_t search_graph_limit_ = 100;  // candidates profiled at most
   std::chrono::duration<double> search_time_limit_{std::chrono::hours(24 * 365)};
@@ -32,6 +43,9 @@ struct CompileOptions {
   std::optional<int64_t> memory_limit_bytes_;
   std::map<std::string, std::vector<DimBucket>> dim_buckets_;
   bool verbose_ = false;  // progress bar and summary on stderr
+  std::vector<std::string> rulesets_ = {"core"};  // saturated before search
+  int64_t egraph_node_limit_ = 200'000;
+  struct CompileReport* report_ = nullptr;  // filled when set
 
   CompileOptions& search_graph_limit(int64_t v) { search_graph_limit_ = v; return *this; }
   CompileOptions& search_time_limit(std::chrono::duration<double> v) { search_time_limit_ = v; return *this; }
@@ -47,6 +61,9 @@ struct CompileOptions {
     return *this;
   }
   CompileOptions& verbose(bool v = true) { verbose_ = v; return *this; }
+  CompileOptions& rulesets(std::vector<std::string> v) { rulesets_ = std::move(v); return *this; }
+  CompileOptions& egraph_node_limit(int64_t v) { egraph_node_limit_ = v; return *this; }
+  CompileOptions& report(struct CompileReport* r) { report_ = r; return *this; }
 };
 
 }  // namespace luminal

@@ -18,11 +18,14 @@ class ReferenceRuntime : public Runtime {
   ReferenceRuntime& operator=(ReferenceRuntime&&) noexcept;
 
   std::string_view name() const override { return "reference"; }
+  std::unique_ptr<Runtime> fresh() const override { return std::make_unique<ReferenceRuntime>(); }
   void load(const Graph& program, std::vector<NodeId> external_ids) override;
-  void execute(const DimMap& dims) override;
   void set_tensor(NodeId input, HostTensor data) override;
   HostTensor get_tensor(NodeId node) const override;
   bool has_tensor(NodeId node) const override;
+
+ protected:
+  void run(const DimMap& dims) override;
 
  private:
   struct State;

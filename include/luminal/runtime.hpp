@@ -7,6 +7,8 @@
 #pragma once
 
 #include <chrono>
+#include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -30,12 +32,26 @@ class Runtime {
   virtual ~Runtime() = default;
   virtual std::string_view name() const = 0;
 
+  // A fresh runtime of the same kind, used to profile candidates during search.
+  virtual std::unique_ptr<Runtime> fresh() const = 0;
+  // Rule files (paths) with this backend's lowering rules, loaded after the core rules.
+  virtual std::vector<std::string> rule_files() const { return {}; }
+
   // Load a program. Input and Output nodes are addressed by their `external id`
   // (the NodeId in the user's graph), given by `external_ids[program node]`.
   virtual void load(const Graph& program, std::vector<NodeId> external_ids) = 0;
-  virtual void execute(const DimMap& dims) = 0;
+
+  // One plan per combination of dim buckets; execute() picks the plan whose buckets
+  // hold the dims (persisted tensors carry over) and runs it.
+  struct Plan {
+    std::map<std::string, std::pair<int64_t, int64_t>> ranges;  // dim -> inclusive range
+    Graph program;
+    std::vector<NodeId> external_ids;
+  };
+  void load_plans(std::vector<Plan> plans);
+  void execute(const DimMap& dims);
   // Time `trials` executions; stop early once `timeout` is exceeded.
-  virtual ProfileResult profile(const DimMap& dims, int trials, std::chrono::duration<double> timeout);
+  ProfileResult profile(const DimMap& dims, int trials, std::chrono::duration<double> timeout);
 
   // ---- data in and out (by the user's tensor or NodeId) ----
   virtual void set_tensor(NodeId input, HostTensor data) = 0;
@@ -69,8 +85,11 @@ class Runtime {
                                             bool allow_missing = true);
 
  protected:
-  // Inputs of the loaded program, by external id, for load_safetensors and checks.
-  std::unordered_map<NodeId, const Node*> input_nodes_;
+  virtual void run(const DimMap& dims) = 0;
+
+ private:
+  std::vector<Plan> plans_;
+  int active_plan_ = -1;
 };
 
 }  // namespace luminal

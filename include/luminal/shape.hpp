@@ -33,6 +33,10 @@ class ShapeTracker {
   ShapeTracker() = default;
   // Row-major contiguous view of `shape`.
   static ShapeTracker contiguous(const Shape& shape);
+  // Rebuild a view from its parts (deserialisation, e.g. from an e-graph payload).
+  static ShapeTracker from_parts(std::vector<ViewDim> dims, Expression base_offset, Expression base_valid) {
+    return ShapeTracker(std::move(dims), base_offset, base_valid);
+  }
 
   size_t rank() const { return dims_.size(); }
   Shape shape() const;

@@ -186,7 +186,7 @@ Iv mod_bounds(Iv a, Iv b) {
       }
     }
     if (n > 0) return {0, a.lo >= 0 ? std::min(n - 1, a.hi) : n - 1};
-    return {n + 1, a.hi <= 0 ? std::max(n + 1, a.lo) : i128(0)};
+    return {a.hi <= 0 ? std::max(n + 1, a.lo) : n + 1, 0};
   }
   if (b.lo >= 0) {
     i128 hi = b.hi >= kInf ? kInf : b.hi - 1;
@@ -403,6 +403,54 @@ Expression finish(ExprKind kind, const std::vector<Expression>& kids) {
   return e;
 }
 
+// ---- memo of binary builder results ----
+// Builders are pure functions of their (canonical, interned) arguments, so their results
+// can be cached by argument identity; views rebuild the same expressions very often.
+enum class MemoOp : uint8_t { Add, Sub, Mul, Div, Mod, Min, Max, CeilDiv, Lt, Eq };
+
+class BuildMemo {
+ public:
+  template <class F>
+  Expression get(MemoOp op, const Expression& a, const Expression& b, F&& compute) {
+    Key k{a.node(), b.node(), op};
+    Shard& s = shards_[mix64(reinterpret_cast<uintptr_t>(k.a) * 31 + reinterpret_cast<uintptr_t>(k.b)) % kShards];
+    {
+      std::lock_guard<std::mutex> lock(s.mu);
+      auto it = s.map.find(k);
+      if (it != s.map.end()) return it->second;
+    }
+    Expression r = compute();
+    std::lock_guard<std::mutex> lock(s.mu);
+    s.map.emplace(k, r);
+    return r;
+  }
+
+ private:
+  struct Key {
+    const ExprNode* a;
+    const ExprNode* b;
+    MemoOp op;
+    bool operator==(const Key& o) const { return a == o.a && b == o.b && op == o.op; }
+  };
+  struct KeyHash {
+    size_t operator()(const Key& k) const {
+      return static_cast<size_t>(mix64(reinterpret_cast<uintptr_t>(k.a) ^ (reinterpret_cast<uintptr_t>(k.b) << 1) ^
+                                       static_cast<uint64_t>(k.op)));
+    }
+  };
+  struct Shard {
+    std::mutex mu;
+    std::unordered_map<Key, Expression, KeyHash> map;
+  };
+  static constexpr size_t kShards = 16;
+  Shard shards_[kShards];
+};
+
+BuildMemo& memo() {
+  static BuildMemo* m = new BuildMemo();  // never freed, like the nodes it refers to
+  return *m;
+}
+
 // ---- builders (all arguments must be canonical) ----
 Expression b_add(std::vector<Expression> xs);
 Expression b_mul(std::vector<Expression> xs);
@@ -482,50 +530,110 @@ Expression b_add(std::vector<Expression> xs) {
   std::stable_sort(terms.begin(), terms.end(), [](const Term& a, const Term& b) { return expr_less(a.base, b.base); });
   std::vector<Term> merged;
   merged.reserve(terms.size());
-  bool has_mod = false;
   for (const auto& t : terms) {
     if (!merged.empty() && merged.back().base == t.base) merged.back().coeff = wrap_add(merged.back().coeff, t.coeff);
     else merged.push_back(t);
   }
   merged.erase(std::remove_if(merged.begin(), merged.end(), [](const Term& t) { return t.coeff == 0; }), merged.end());
+  auto factors_of = [](const Expression& base) -> std::span<const Expression> {
+    if (base.node()->kind == ExprKind::Mul) return base.node()->kids;
+    return {&base, 1};
+  };
+  bool has_mod = false;
   for (const auto& t : merged)
-    if (t.base.node()->kind == ExprKind::Mod) has_mod = true;
+    for (const auto& f : factors_of(t.base)) has_mod |= f.node()->kind == ExprKind::Mod;
 
   if (has_mod && merged.size() >= 2) {
-    // Dim-merge identity: c*(A%B) + c*B*(A/B) -> c*A.
-    for (size_t i = 0; i < merged.size(); ++i) {
-      const ExprNode* m = merged[i].base.node();
-      if (m->kind != ExprKind::Mod) continue;
-      const Expression& A = m->kids[0];
-      const Expression& B = m->kids[1];
-      int64_t c = merged[i].coeff;
-      Expression partner = b_mul({b_div(A, B), B, num(c)});
+    // Dim-merge identity: F*c*(A%B) + F*c*B*(A/B) -> F*c*A. `partner` is the part that
+    // must already be present in the sum (exact coefficients) next to term i; the pair
+    // is replaced by `whole` (partner + term i == whole).
+    auto try_merge = [&](size_t i, const Expression& partner, const Expression& whole) -> std::optional<Expression> {
       Linear p = linear(partner);
-      if (p.terms.empty()) continue;
+      if (p.terms.empty()) return std::nullopt;
       std::vector<bool> used(merged.size(), false);
       used[i] = true;
-      bool ok = true;
       for (const auto& pt : p.terms) {
         bool found = false;
-        for (size_t j = 0; j < merged.size(); ++j) {
-          if (!used[j] && merged[j].base == pt.base && merged[j].coeff == pt.coeff) {
-            used[j] = true;
-            found = true;
-            break;
-          }
+        for (size_t j = 0; j < merged.size() && !found; ++j) {
+          if (!used[j] && merged[j].base == pt.base && merged[j].coeff == pt.coeff) used[j] = found = true;
         }
-        if (!found) {
-          ok = false;
-          break;
-        }
+        if (!found) return std::nullopt;
       }
-      if (!ok) continue;
       std::vector<Expression> next;
       for (size_t j = 0; j < merged.size(); ++j)
         if (!used[j]) next.push_back(term_expr(merged[j]));
       next.push_back(num(wrap_add(l.k, wrap_neg(p.k))));
-      next.push_back(b_mul({A, num(c)}));
+      next.push_back(whole);
       return b_add(std::move(next));
+    };
+    for (size_t i = 0; i < merged.size(); ++i) {
+      std::span<const Expression> fs = factors_of(merged[i].base);
+      int64_t c = merged[i].coeff;
+      for (size_t f = 0; f < fs.size(); ++f) {
+        const ExprNode* m = fs[f].node();
+        if (m->kind != ExprKind::Mod && m->kind != ExprKind::Div) continue;
+        std::vector<Expression> rest;
+        for (size_t g = 0; g < fs.size(); ++g)
+          if (g != f) rest.push_back(fs[g]);
+        const Expression& A = m->kids[0];
+        const Expression& B = m->kids[1];
+        if (m->kind == ExprKind::Mod) {
+          // From the modulo side: look for F*c*B*(A/B).
+          std::vector<Expression> partner = rest, whole = rest;
+          partner.insert(partner.end(), {b_div(A, B), B, num(c)});
+          whole.insert(whole.end(), {A, num(c)});
+          if (auto r = try_merge(i, b_mul(std::move(partner)), b_mul(std::move(whole)))) return *r;
+          // Partial merge: F*k*D*((X/D)%B) + F*k*(X%D) -> F*k*(X%(D*B)).
+          if (A.node()->kind == ExprKind::Div) {
+            const Expression& X = A.node()->kids[0];
+            const Expression& D = A.node()->kids[1];
+            std::vector<Expression> r2 = rest;
+            int64_t k = c;
+            if (auto n = const_of(D)) {
+              if (*n <= 0 || c % *n != 0) continue;
+              k = c / *n;
+            } else {
+              bool ok = true;
+              for (const auto& df : factors_of(D)) {
+                auto it = std::find(r2.begin(), r2.end(), df);
+                if (df.node()->kind == ExprKind::Num || it == r2.end()) {
+                  ok = false;
+                  break;
+                }
+                r2.erase(it);
+              }
+              if (!ok) continue;
+            }
+            std::vector<Expression> p2 = r2, w2 = r2;
+            p2.insert(p2.end(), {b_mod(X, D), num(k)});
+            w2.insert(w2.end(), {b_mod(X, b_mul({D, B})), num(k)});
+            if (auto r = try_merge(i, b_mul(std::move(p2)), b_mul(std::move(w2)))) return *r;
+          }
+          continue;
+        }
+        // From the division side: F*k*B*(A/B) + F*k*(A%B), where A%B may have been
+        // canonicalised to a congruent numerator, e.g. (z*3 + 1)%2 -> (z + 1)%2.
+        int64_t k = c;
+        if (auto n = const_of(B)) {
+          if (*n <= 0 || c % *n != 0) continue;
+          k = c / *n;
+        } else {
+          bool ok = true;
+          for (const auto& bf : factors_of(B)) {
+            auto it = std::find(rest.begin(), rest.end(), bf);
+            if (bf.node()->kind == ExprKind::Num || it == rest.end()) {
+              ok = false;
+              break;
+            }
+            rest.erase(it);
+          }
+          if (!ok) continue;
+        }
+        std::vector<Expression> partner = rest, whole = rest;
+        partner.insert(partner.end(), {b_mod(A, B), num(k)});
+        whole.insert(whole.end(), {A, num(k)});
+        if (auto r = try_merge(i, b_mul(std::move(partner)), b_mul(std::move(whole)))) return *r;
+      }
     }
   }
 
@@ -539,13 +647,14 @@ Expression b_add(std::vector<Expression> xs) {
 }
 
 // ---- Mul ----
-constexpr size_t kMaxExpandTerms = 16;
-
+// Policy (confluent by construction): a constant times a single sum is distributed
+// (2*(a + b) -> a*2 + b*2); a sum multiplied by other non-constant factors is kept
+// as a factor, normalised to its primitive part (gcd of its coefficients and sign
+// of its first term moved into the product's constant): (a*2 + 4)*x -> (a + 2)*x*2.
 Expression b_mul(std::vector<Expression> xs) {
   int64_t c = 1;
   std::vector<Expression> fs;
   fs.reserve(xs.size());
-  std::vector<size_t> adds;
   for (const auto& x : xs) {
     const ExprNode* n = x.node();
     if (n->kind == ExprKind::Num) c = wrap_mul(c, n->value);
@@ -558,41 +667,27 @@ Expression b_mul(std::vector<Expression> xs) {
   }
   if (c == 0) return num(0);
   if (fs.empty()) return num(c);
-  size_t n_adds = 0, prod = 1;
-  for (const auto& f : fs) {
-    if (f.node()->kind == ExprKind::Add) {
-      ++n_adds;
-      prod = std::min<size_t>(prod * f.node()->kids.size(), 1u << 20);
+  if (fs.size() == 1) {
+    if (c == 1) return fs[0];
+    if (fs[0].node()->kind == ExprKind::Add) {
+      std::vector<Expression> terms;
+      for (const auto& t : fs[0].node()->kids) terms.push_back(b_mul({t, num(c)}));
+      return b_add(std::move(terms));
+    }
+  } else {
+    for (auto& f : fs) {
+      if (f.node()->kind != ExprKind::Add) continue;
+      Linear l = linear(f);
+      int64_t g = gcd_abs(0, l.k);
+      for (const auto& t : l.terms) g = gcd_abs(g, t.coeff);
+      if (g == 0) continue;
+      if (!l.terms.empty() && l.terms[0].coeff < 0) g = -g;
+      if (g == 1) continue;
+      for (auto& t : l.terms) t.coeff /= g;
+      f = from_linear(l.terms, l.k / g);
+      c = wrap_mul(c, g);
     }
   }
-  if (n_adds == 1 || (n_adds > 1 && prod <= kMaxExpandTerms)) {
-    // Distribute: the product of sums becomes a sum of products.
-    std::vector<Expression> others;
-    std::vector<std::vector<Expression>> partial{{}};
-    for (const auto& f : fs) {
-      if (f.node()->kind != ExprKind::Add) {
-        others.push_back(f);
-        continue;
-      }
-      std::vector<std::vector<Expression>> next;
-      for (const auto& p : partial)
-        for (const auto& t : f.node()->kids) {
-          auto q = p;
-          q.push_back(t);
-          next.push_back(std::move(q));
-        }
-      partial = std::move(next);
-    }
-    std::vector<Expression> sum;
-    sum.reserve(partial.size());
-    for (auto& p : partial) {
-      p.insert(p.end(), others.begin(), others.end());
-      p.push_back(num(c));
-      sum.push_back(b_mul(std::move(p)));
-    }
-    return b_add(std::move(sum));
-  }
-  if (fs.size() == 1 && c == 1) return fs[0];
   std::sort(fs.begin(), fs.end(), expr_less);
   if (c != 1) fs.push_back(num(c));
   return finish(ExprKind::Mul, fs);
@@ -617,7 +712,7 @@ std::optional<Expression> strip_factor(const Expression& t, const Expression& f)
   return b_mul(std::move(rest));
 }
 
-Expression b_div(const Expression& a, const Expression& b) {
+Expression b_div_impl(const Expression& a, const Expression& b) {
   auto bc = const_of(b);
   auto ac = const_of(a);
   if (bc) {
@@ -635,14 +730,23 @@ Expression b_div(const Expression& a, const Expression& b) {
     // Bounds decide the quotient.
     const ExprNode* an = a.node();
     if (an->has_lo && an->has_hi && floor_div(an->lo, n) == floor_div(an->hi, n)) return num(floor_div(an->lo, n));
-    // (x / m) / n -> x / (m*n)
+    // (x / m) / n -> x / (m*n)  (m a positive constant, or symbolic and >= 0: then m >= 1 where defined)
     if (an->kind == ExprKind::Div) {
-      if (auto m = const_of(an->kids[1]); m && *m > 0 && *m <= kI64Max / n) return b_div(an->kids[0], num(*m * n));
+      if (auto m = const_of(an->kids[1])) {
+        if (*m > 0 && *m <= kI64Max / n) return b_div(an->kids[0], num(*m * n));
+      } else if (lo_ge(an->kids[1], 0)) {
+        return b_div(an->kids[0], b_mul({an->kids[1], b}));
+      }
     }
-    // (x % m) / n -> (x / n) % (m / n) when n | m
+    // (x % m) / n -> (x / n) % (m / n) when n | m (m constant, or symbolic m = base*c with n | c)
     if (an->kind == ExprKind::Mod) {
-      if (auto m = const_of(an->kids[1]); m && *m > 0 && *m % n == 0)
-        return b_mod(b_div(an->kids[0], num(n)), num(*m / n));
+      if (auto m = const_of(an->kids[1])) {
+        if (*m > 0 && *m % n == 0) return b_mod(b_div(an->kids[0], num(n)), num(*m / n));
+      } else if (an->kids[1].kind() != ExprKind::Add) {
+        Term t = split_term(an->kids[1]);
+        if (t.coeff > 0 && t.coeff % n == 0 && lo_ge(t.base, 0))
+          return b_mod(b_div(an->kids[0], num(n)), b_mul({t.base, num(t.coeff / n)}));
+      }
     }
     Linear l = linear(a);
     int64_t g = n;
@@ -674,6 +778,16 @@ Expression b_div(const Expression& a, const Expression& b) {
   if (a == b) return num(1);
   const ExprNode* an = a.node();
   if (an->kind == ExprKind::Mod && an->kids[1] == b) return num(0);  // (x % b) / b == 0
+  if (lo_ge(b, 0)) {  // b >= 1 wherever the division is defined
+    // (x / m) / b -> x / (m*b) for m >= 1
+    if (an->kind == ExprKind::Div && (lo_ge(an->kids[1], 1) || (!an->kids[1].is_constant() && lo_ge(an->kids[1], 0))))
+      return b_div(an->kids[0], b_mul({an->kids[1], b}));
+    // (x % (q*b)) / b -> (x / b) % q for q >= 1
+    if (an->kind == ExprKind::Mod) {
+      if (auto q = strip_factor(an->kids[1], b); q && lo_ge(*q, 0) && !(q->is_constant() && q->constant_value() == 0))
+        return b_mod(b_div(an->kids[0], b), *q);
+    }
+  }
   if (lo_ge(a, 0) && b.node()->has_lo && an->has_hi && an->hi < b.node()->lo) return num(0);
   Linear l = linear(a);
   std::vector<Expression> q, r;
@@ -689,7 +803,7 @@ Expression b_div(const Expression& a, const Expression& b) {
   return finish(ExprKind::Div, {a, b});
 }
 
-Expression b_mod(const Expression& a, const Expression& b) {
+Expression b_mod_impl(const Expression& a, const Expression& b) {
   auto bc = const_of(b);
   auto ac = const_of(a);
   if (bc) {
@@ -707,7 +821,11 @@ Expression b_mod(const Expression& a, const Expression& b) {
       if (floor_div(an->hi, n) == k) return k == 0 ? a : b_add({a, num(wrap_neg(wrap_mul(k, n)))});
     }
     if (an->kind == ExprKind::Mod) {
-      if (auto m = const_of(an->kids[1]); m && *m > 0 && *m % n == 0) return b_mod(an->kids[0], b);
+      if (auto m = const_of(an->kids[1])) {
+        if (*m > 0 && *m % n == 0) return b_mod(an->kids[0], b);
+      } else if (an->kids[1].kind() != ExprKind::Add && split_term(an->kids[1]).coeff % n == 0) {
+        return b_mod(an->kids[0], b);  // (x % (s*c)) % n -> x % n when n | c
+      }
     }
     Linear l = linear(a);
     bool changed = false;
@@ -743,6 +861,8 @@ Expression b_mod(const Expression& a, const Expression& b) {
   if (a == b) return num(0);
   const ExprNode* an = a.node();
   if (an->kind == ExprKind::Mod && an->kids[1] == b) return a;
+  // (x % (q*b)) % b -> x % b
+  if (an->kind == ExprKind::Mod && strip_factor(an->kids[1], b)) return b_mod(an->kids[0], b);
   if (lo_ge(a, 0) && b.node()->has_lo && an->has_hi && an->hi < b.node()->lo) return a;
   Linear l = linear(a);
   std::vector<Expression> r;
@@ -756,6 +876,13 @@ Expression b_mod(const Expression& a, const Expression& b) {
     return b_mod(b_add(std::move(r)), b);
   }
   return finish(ExprKind::Mod, {a, b});
+}
+
+Expression b_div(const Expression& a, const Expression& b) {
+  return memo().get(MemoOp::Div, a, b, [&] { return b_div_impl(a, b); });
+}
+Expression b_mod(const Expression& a, const Expression& b) {
+  return memo().get(MemoOp::Mod, a, b, [&] { return b_mod_impl(a, b); });
 }
 
 Expression b_ceildiv(const Expression& a, const Expression& b) {
@@ -777,6 +904,18 @@ Expression b_ceildiv(const Expression& a, const Expression& b) {
 }
 
 // ---- Min / Max ----
+// A canonical expression as (non-constant terms, constant offset), without interning.
+std::pair<std::span<const Expression>, int64_t> split_offset(const Expression& e) {
+  const ExprNode* n = e.node();
+  if (n->kind == ExprKind::Num) return {{}, n->value};
+  if (n->kind == ExprKind::Add) {
+    std::span<const Expression> kids = n->kids;
+    if (kids.back().node()->kind == ExprKind::Num) return {kids.first(kids.size() - 1), kids.back().node()->value};
+    return {kids, 0};
+  }
+  return {std::span<const Expression>(&e, 1), 0};
+}
+
 Expression b_minmax(ExprKind kind, std::vector<Expression> xs) {
   bool is_min = kind == ExprKind::Min;
   std::vector<Expression> args;
@@ -799,11 +938,11 @@ Expression b_minmax(ExprKind kind, std::vector<Expression> xs) {
     const ExprNode* qn = q.node();
     if (is_min ? (pn->has_hi && qn->has_lo && pn->hi <= qn->lo) : (pn->has_lo && qn->has_hi && pn->lo >= qn->hi))
       return true;
-    if (args.size() <= 4) {
-      Expression d = b_sub(p, q);
-      return is_min ? hi_le(d, 0) : lo_ge(d, 0);
-    }
-    return false;
+    // Same non-constant part: compare the constant offsets (min(x, x + 1) -> x).
+    auto [ps, pk] = split_offset(p);
+    auto [qs, qk] = split_offset(q);
+    if (ps.empty() || ps.size() != qs.size() || !std::equal(ps.begin(), ps.end(), qs.begin())) return false;
+    return is_min ? pk <= qk : pk >= qk;
   };
   std::vector<Expression> kept;
   for (const auto& x : args) {
@@ -889,7 +1028,10 @@ Expression b_not(const Expression& a) {
 Expression b_logic(ExprKind kind, std::vector<Expression> xs) {
   bool is_and = kind == ExprKind::And;
   std::vector<Expression> args;
-  auto take = [&](const Expression& e) -> bool {  // returns true if the result is decided
+  auto take = [&](Expression e) -> bool {  // returns true if the result is decided
+    // Only truthiness matters inside And/Or: !!x -> x.
+    while (e.node()->kind == ExprKind::Not && e.node()->kids[0].node()->kind == ExprKind::Not)
+      e = e.node()->kids[0].node()->kids[0];
     if (auto v = const_of(e)) return is_and ? (*v == 0) : (*v != 0);
     if (known_nonzero(e)) return !is_and;
     args.push_back(e);
@@ -1291,11 +1433,15 @@ void print(std::ostream& os, const ExprNode* n) {
       }
       os << ')';
       return;
-    case ExprKind::Not:
-      os << "!(";
+    case ExprKind::Not: {
+      ExprKind k = n->kids[0].node()->kind;
+      bool bracketed = k == ExprKind::Lt || k == ExprKind::Eq || k == ExprKind::And || k == ExprKind::Or ||
+                       k == ExprKind::Add || k == ExprKind::Not || k == ExprKind::Var;
+      os << (bracketed ? "!" : "!(");
       print(os, n->kids[0].node());
-      os << ')';
+      if (!bracketed) os << ')';
       return;
+    }
   }
 }
 
@@ -1320,7 +1466,6 @@ void emit_c(std::ostream& os, const ExprNode* n, const std::function<std::string
         kid(i);
         os << ')';
       }
-      if (n->kids.size() == 1) return;
       return;
     }
     case ExprKind::Div:
@@ -1416,21 +1561,45 @@ size_t Expression::hash() const { return node_->hash; }
 bool operator<(const Expression& a, const Expression& b) { return compare(a, b) < 0; }
 
 // ---- operators (always canonicalise) ----
-Expression operator+(const Expression& a, const Expression& b) { return b_add({canon(a), canon(b)}); }
-Expression operator-(const Expression& a, const Expression& b) { return b_sub(canon(a), canon(b)); }
-Expression operator-(const Expression& a) { return b_neg(canon(a)); }
-Expression operator*(const Expression& a, const Expression& b) { return b_mul({canon(a), canon(b)}); }
+namespace {
+template <class F>
+Expression memo2(MemoOp op, const Expression& a, const Expression& b, F&& f) {
+  Expression x = canon(a), y = canon(b);
+  return memo().get(op, x, y, [&] { return f(x, y); });
+}
+}  // namespace
+
+Expression operator+(const Expression& a, const Expression& b) {
+  return memo2(MemoOp::Add, a, b, [](const Expression& x, const Expression& y) { return b_add({x, y}); });
+}
+Expression operator-(const Expression& a, const Expression& b) {
+  return memo2(MemoOp::Sub, a, b, [](const Expression& x, const Expression& y) { return b_sub(x, y); });
+}
+Expression operator-(const Expression& a) { return a * Expression(-1); }
+Expression operator*(const Expression& a, const Expression& b) {
+  return memo2(MemoOp::Mul, a, b, [](const Expression& x, const Expression& y) { return b_mul({x, y}); });
+}
 Expression operator/(const Expression& a, const Expression& b) { return b_div(canon(a), canon(b)); }
 Expression operator%(const Expression& a, const Expression& b) { return b_mod(canon(a), canon(b)); }
-Expression min(const Expression& a, const Expression& b) { return b_minmax(ExprKind::Min, {canon(a), canon(b)}); }
-Expression max(const Expression& a, const Expression& b) { return b_minmax(ExprKind::Max, {canon(a), canon(b)}); }
-Expression ceil_div(const Expression& a, const Expression& b) { return b_ceildiv(canon(a), canon(b)); }
-Expression lt(const Expression& a, const Expression& b) { return b_lt(canon(a), canon(b)); }
-Expression le(const Expression& a, const Expression& b) { return b_lt(canon(a), b_add({canon(b), num(1)})); }
-Expression gt(const Expression& a, const Expression& b) { return b_lt(canon(b), canon(a)); }
-Expression ge(const Expression& a, const Expression& b) { return b_lt(canon(b), b_add({canon(a), num(1)})); }
-Expression eq(const Expression& a, const Expression& b) { return b_eq(canon(a), canon(b)); }
-Expression ne(const Expression& a, const Expression& b) { return b_not(b_eq(canon(a), canon(b))); }
+Expression min(const Expression& a, const Expression& b) {
+  return memo2(MemoOp::Min, a, b, [](const Expression& x, const Expression& y) { return b_minmax(ExprKind::Min, {x, y}); });
+}
+Expression max(const Expression& a, const Expression& b) {
+  return memo2(MemoOp::Max, a, b, [](const Expression& x, const Expression& y) { return b_minmax(ExprKind::Max, {x, y}); });
+}
+Expression ceil_div(const Expression& a, const Expression& b) {
+  return memo2(MemoOp::CeilDiv, a, b, [](const Expression& x, const Expression& y) { return b_ceildiv(x, y); });
+}
+Expression lt(const Expression& a, const Expression& b) {
+  return memo2(MemoOp::Lt, a, b, [](const Expression& x, const Expression& y) { return b_lt(x, y); });
+}
+Expression le(const Expression& a, const Expression& b) { return lt(a, b + Expression(1)); }
+Expression gt(const Expression& a, const Expression& b) { return lt(b, a); }
+Expression ge(const Expression& a, const Expression& b) { return lt(b, a + Expression(1)); }
+Expression eq(const Expression& a, const Expression& b) {
+  return memo2(MemoOp::Eq, a, b, [](const Expression& x, const Expression& y) { return b_eq(x, y); });
+}
+Expression ne(const Expression& a, const Expression& b) { return b_not(eq(a, b)); }
 Expression logical_and(const Expression& a, const Expression& b) {
   return b_logic(ExprKind::And, {canon(a), canon(b)});
 }

@@ -199,7 +199,6 @@ void ReferenceRuntime::load(const Graph& program, std::vector<NodeId> external_i
   s.program_of.clear();
   s.consumers.assign(program.size(), 0);
   s.buffers.clear();
-  input_nodes_.clear();
   for (NodeId i = 0; i < program.size(); ++i) {
     const Node& n = s.program.node(i);
     for (const auto& in : n.inputs) {
@@ -208,7 +207,6 @@ void ReferenceRuntime::load(const Graph& program, std::vector<NodeId> external_i
     }
     if ((n.op == OpKind::Input || n.op == OpKind::Output) && s.external_ids[i] != kNoNode) {
       s.program_of[s.external_ids[i]] = i;
-      if (n.op == OpKind::Input) input_nodes_[s.external_ids[i]] = &s.program.node(i);
     }
   }
   s.loaded = true;
@@ -448,7 +446,7 @@ Buffer ReferenceRuntime::State::eval_node(NodeId id, const DimMap& dims) {
   return out;
 }
 
-void ReferenceRuntime::execute(const DimMap& dims) {
+void ReferenceRuntime::run(const DimMap& dims) {
   auto& s = *state_;
   LUMINAL_CHECK(s.loaded, "execute: no program loaded (compile first)");
   // Every dim the program mentions must have a value.

@@ -7,6 +7,47 @@
 
 namespace luminal {
 
+void Runtime::load_plans(std::vector<Plan> plans) {
+  LUMINAL_ASSERT(!plans.empty(), "no plans");
+  plans_ = std::move(plans);
+  active_plan_ = 0;
+  load(plans_[0].program, plans_[0].external_ids);
+}
+
+void Runtime::execute(const DimMap& dims) {
+  if (plans_.size() > 1) {
+    int match = -1;
+    for (size_t p = 0; p < plans_.size() && match < 0; ++p) {
+      bool ok = true;
+      for (const auto& [dim, range] : plans_[p].ranges) {
+        auto it = dims.find(dim);
+        LUMINAL_CHECK(it != dims.end(), "execute: dimension '", dim, "' has no value");
+        ok = ok && it->second >= range.first && it->second <= range.second;
+      }
+      if (ok) match = static_cast<int>(p);
+    }
+    if (match < 0) {
+      std::string values;
+      for (const auto& [dim, range] : plans_[0].ranges) values += " " + dim + "=" + std::to_string(dims.at(dim));
+      fail("execute: no dim bucket holds", values, "; compile with buckets that cover it");
+    }
+    if (match != active_plan_) {
+      // Switch plans, carrying every input that holds data (weights, caches, fresh inputs).
+      std::vector<std::pair<NodeId, HostTensor>> carried;
+      const Plan& old = plans_[active_plan_];
+      for (NodeId i = 0; i < old.program.size(); ++i) {
+        const Node& n = old.program.node(i);
+        NodeId ext = old.external_ids[i];
+        if (n.op == OpKind::Input && ext != kNoNode && has_tensor(ext)) carried.emplace_back(ext, get_tensor(ext));
+      }
+      active_plan_ = match;
+      load(plans_[match].program, plans_[match].external_ids);
+      for (auto& [ext, t] : carried) set_tensor(ext, std::move(t));
+    }
+  }
+  run(dims);
+}
+
 ProfileResult Runtime::profile(const DimMap& dims, int trials, std::chrono::duration<double> timeout) {
   using clock = std::chrono::steady_clock;
   ProfileResult r;
@@ -14,7 +55,7 @@ ProfileResult Runtime::profile(const DimMap& dims, int trials, std::chrono::dura
   auto start = clock::now();
   for (int t = 0; t < std::max(trials, 1); ++t) {
     auto t0 = clock::now();
-    execute(dims);
+    run(dims);
     best = std::min(best, std::chrono::duration<double>(clock::now() - t0).count());
     if (clock::now() - start > timeout) {
       r.timed_out = true;

@@ -181,7 +181,12 @@ GraphTensor operator/(double a, const GraphTensor& b) { return scalar_like(to_fl
 
 GraphTensor GraphTensor::floor_div(const GraphTensor& b) const {
   auto [x, y] = broadcast_pair(*this, b);
-  if (is_float(x.dtype())) return (x / y).floor();
+  if (is_float(x.dtype())) {
+    // As torch (and Python): (x - x mod y) / y, rounded to the integer it nearly is; so an
+    // infinite x gives NaN, and a zero divisor gives x / 0 (+-inf or NaN).
+    GraphTensor q = ((x - x % y) / y).round();
+    return where(y.eq(0.0), x / y, q);
+  }
   // Integers: (x - x mod y) is an exact multiple of y; divide in F64 and round.
   GraphTensor exact = (x - x % y).cast(DType::F64) / y.cast(DType::F64);
   return exact.round().cast(x.dtype());
@@ -196,6 +201,12 @@ GraphTensor GraphTensor::sign() const {
   return gt(0.0).cast(dtype_) - lt(0.0).cast(dtype_);
 }
 GraphTensor GraphTensor::pow(const GraphTensor& e) const {
+  DType int_result = promote(dtype_, e.dtype());
+  if (!is_float(int_result)) {
+    // Integer ** integer stays integer, as in torch: exact in F64 for the values ints hold.
+    GraphTensor r = cast(DType::F64).pow(e.cast(DType::F64)).round();
+    return r.cast(int_result == DType::Bool ? DType::I64 : int_result);
+  }
   auto [x, y] = broadcast_pair(to_float(*this), to_float(e));
   // x^y = 2^(y*log2|x|), negated for negative x with odd integer y; NaN for negative x
   // with non-integer y comes out of log2 of a negative number.
@@ -206,9 +217,16 @@ GraphTensor GraphTensor::pow(const GraphTensor& e) const {
   GraphTensor nan = scalar_like(x, NAN);
   GraphTensor result = where(neg.logical_and(y_odd), -mag, mag);
   result = where(neg.logical_and(y_int.logical_not()), nan, result);
-  return result;
+  // x^0 = 1 and 1^y = 1 for every x and y, NaN included (0 * log2(0) would give NaN).
+  GraphTensor one = scalar_like(x, 1);
+  return where(y.eq(0.0).logical_or(x.eq(1.0)), one, result);
 }
 GraphTensor GraphTensor::pow(double e) const {
+  if (!is_float(dtype_) && e == std::floor(e) && e >= 0) {  // int ** non-negative int stays int
+    if (e == 1) return *this;
+    if (e == 2) return *this * *this;
+    return pow(scalar_like(*this, e));
+  }
   GraphTensor x = to_float(*this);
   if (e == 1) return x;
   if (e == 2) return x * x;
@@ -217,13 +235,18 @@ GraphTensor GraphTensor::pow(double e) const {
   if (e == -1) return x.reciprocal();
   return x.pow(scalar_like(x, e));
 }
+// torch.maximum/minimum propagate NaN from either side: take y when it wins or is NaN.
 GraphTensor GraphTensor::maximum(const GraphTensor& b) const {
   auto [x, y] = broadcast_pair(*this, b);
-  return where(x.lt(y), y, x);
+  GraphTensor take_y = x.lt(y);
+  if (is_float(y.dtype())) take_y = take_y.logical_or(y.ne(y));
+  return where(take_y, y, x);
 }
 GraphTensor GraphTensor::minimum(const GraphTensor& b) const {
   auto [x, y] = broadcast_pair(*this, b);
-  return where(y.lt(x), y, x);
+  GraphTensor take_y = y.lt(x);
+  if (is_float(y.dtype())) take_y = take_y.logical_or(y.ne(y));
+  return where(take_y, y, x);
 }
 GraphTensor GraphTensor::maximum(double b) const { return maximum(scalar_like(*this, b)); }
 GraphTensor GraphTensor::minimum(double b) const { return minimum(scalar_like(*this, b)); }

@@ -1,26 +1,51 @@
 // Elementwise functions, each a composition of Exp2, Log2, Sin, Sqrt, Recip and arithmetic.
 #include <cmath>
 #include <numbers>
+#include <vector>
 
 #include "tensor_internal.hpp"
 
 namespace luminal {
 using namespace detail;
 
+namespace {
+bool is_half(DType dt) { return dt == DType::F16 || dt == DType::BF16; }
+}  // namespace
+
 GraphTensor GraphTensor::exp2() const { return unary(OpKind::Exp2, *this); }
 GraphTensor GraphTensor::log2() const { return unary(OpKind::Log2, *this); }
 GraphTensor GraphTensor::sin() const { return unary(OpKind::Sin, *this); }
 GraphTensor GraphTensor::sqrt() const { return unary(OpKind::Sqrt, *this); }
 GraphTensor GraphTensor::reciprocal() const { return unary(OpKind::Recip, *this); }
-GraphTensor GraphTensor::exp() const { return (to_float(*this) * std::numbers::log2e).exp2(); }
 GraphTensor GraphTensor::log() const { return log2() * std::numbers::ln2; }
-GraphTensor GraphTensor::cos() const { return (to_float(*this) + std::numbers::pi / 2).sin(); }
-GraphTensor GraphTensor::tan() const { return sin() / cos(); }
 GraphTensor GraphTensor::rsqrt() const { return sqrt().reciprocal(); }
+
+GraphTensor GraphTensor::cos() const {
+  // cos(x) = sin(x + pi/2). The shift is done in F64 for every narrower float: rounding
+  // x + pi/2 to F32 (let alone F16) costs cos its relative accuracy near its zeros.
+  GraphTensor x = to_float(*this);
+  if (x.dtype() == DType::F64) return (x + std::numbers::pi / 2).sin();
+  return x.cast(DType::F64).cos().cast(x.dtype());
+}
+GraphTensor GraphTensor::tan() const {
+  GraphTensor x = to_float(*this);
+  if (x.dtype() != DType::F64) return x.cast(DType::F64).tan().cast(x.dtype());  // one rounding at the end
+  return x.sin() / x.cos();
+}
+GraphTensor GraphTensor::exp() const {
+  // exp(x) = 2^(x * log2 e); in F16/BF16 the rounded product would cost exp up to
+  // |x| * 2^-8 relative error, so the half types go through F32 as torch does.
+  GraphTensor x = to_float(*this);
+  if (is_half(x.dtype())) return x.cast(DType::F32).exp().cast(x.dtype());
+  return (x * std::numbers::log2e).exp2();
+}
 
 GraphTensor GraphTensor::floor() const {
   if (!is_float(dtype_)) return *this;
-  return *this - *this % 1.0;  // floor modulo keeps the fractional part in [0, 1)
+  // Floor modulo keeps the fractional part in [0, 1). Values of magnitude >= 2^52 are
+  // already integers in every float dtype, and +-inf % 1 is NaN: pass those (and NaN) through.
+  GraphTensor finite = abs().lt(4503599627370496.0);
+  return where(finite, *this - *this % 1.0, *this);
 }
 GraphTensor GraphTensor::ceil() const {
   if (!is_float(dtype_)) return *this;
@@ -28,11 +53,13 @@ GraphTensor GraphTensor::ceil() const {
 }
 GraphTensor GraphTensor::round() const {
   if (!is_float(dtype_)) return *this;
+  // |x| >= 2^52 is already an integer (and x + 0.5 could round up); inf/NaN pass through.
+  GraphTensor big = abs().lt(4503599627370496.0).logical_not();
   // Half to even: floor(x + 0.5), minus one on exact ties that landed on an odd number.
   GraphTensor r = (*this + 0.5).floor();
   GraphTensor tie = (r - *this).eq(0.5);
   GraphTensor odd = (r % 2.0).eq(1.0);
-  return r - tie.logical_and(odd).cast(dtype_);
+  return where(big, *this, r - tie.logical_and(odd).cast(dtype_));
 }
 
 GraphTensor GraphTensor::tanh() const {
@@ -48,23 +75,51 @@ GraphTensor GraphTensor::sigmoid() const {
   return ((-x).exp() + 1.0).reciprocal();
 }
 
+namespace {
+// erf(z) = 2/sqrt(pi) * sum_n (-1)^n z^(2n+1) / (n! (2n+1)), Horner in z^2 (z >= 0).
+GraphTensor erf_series(const GraphTensor& z, int terms) {
+  std::vector<double> c(terms + 1);
+  double fact = 1;
+  for (int n = 0; n <= terms; ++n) {
+    if (n > 0) fact *= n;
+    c[n] = (n % 2 ? -1.0 : 1.0) / (fact * (2 * n + 1));
+  }
+  GraphTensor z2 = z * z;
+  GraphTensor p = z2 * c[terms] + c[terms - 1];
+  for (int n = terms - 2; n >= 0; --n) p = p * z2 + c[n];
+  return z * p * (2.0 / std::sqrt(std::numbers::pi));
+}
+}  // namespace
+
 GraphTensor GraphTensor::erf() const {
-  // Abramowitz-Stegun 7.1.26 is only 1.5e-7 accurate; use the Numerical Recipes erfc
-  // Chebyshev fit (relative error < 1.2e-7 everywhere), on |x| then re-signed.
   GraphTensor x = to_float(*this);
   GraphTensor z = x.abs();
-  GraphTensor t = (z * 0.5 + 1.0).reciprocal();
-  const double c[] = {-1.26551223, 1.00002368, 0.37409196, 0.09678418, -0.18628806,
-                      0.27886807, -1.13520398, 1.48851587, -0.82215223, 0.17087277};
-  GraphTensor poly = t * c[9];
-  for (int i = 8; i >= 1; --i) poly = t * (poly + c[i]);
-  poly = poly + c[0];
-  GraphTensor erfc = t * (poly - z * z).exp();
-  GraphTensor r = 1.0 - erfc;
+  GraphTensor r;
+  if (x.dtype() == DType::F64) {
+    // Double precision needs more than a fitted approximation (the one below is good to
+    // ~1e-7): the Taylor series below 2.5 (38 terms: < 4e-15 relative), and above it
+    // 1 - erfc, with erfc from Laplace's continued fraction (30 levels: < 1e-16 there).
+    GraphTensor small = erf_series(z, 38);
+    GraphTensor f = z;
+    for (int k = 30; k >= 1; --k) f = z + (k / 2.0) / f;
+    GraphTensor erfc = (-(z * z)).exp() / (f * std::sqrt(std::numbers::pi));
+    r = where(z.lt(2.5), small, 1.0 - erfc);
+  } else {
+    // Numerical Recipes erfc Chebyshev fit (relative error < 1.2e-7 in erfc); near 0, where
+    // erf itself is tiny, a short Taylor series keeps erf's relative accuracy (erf(0) = 0).
+    GraphTensor t = (z * 0.5 + 1.0).reciprocal();
+    const double c[] = {-1.26551223, 1.00002368, 0.37409196, 0.09678418, -0.18628806,
+                        0.27886807, -1.13520398, 1.48851587, -0.82215223, 0.17087277};
+    GraphTensor poly = t * c[9];
+    for (int i = 8; i >= 1; --i) poly = t * (poly + c[i]);
+    poly = poly + c[0];
+    GraphTensor erfc = t * (poly - z * z).exp();
+    r = where(z.lt(0.5), erf_series(z, 8), 1.0 - erfc);
+  }
   return where(x.lt(0.0), -r, r);
 }
 
-GraphTensor GraphTensor::relu() const { return where(gt(0.0), *this, scalar_like(*this, 0)); }
+GraphTensor GraphTensor::relu() const { return where(lt(0.0), scalar_like(*this, 0), *this); }  // NaN stays NaN
 GraphTensor GraphTensor::leaky_relu(double slope) const { return where(gt(0.0), *this, *this * slope); }
 GraphTensor GraphTensor::gelu() const {
   GraphTensor x = to_float(*this);
@@ -79,8 +134,9 @@ GraphTensor GraphTensor::silu() const { return to_float(*this) * sigmoid(); }
 GraphTensor GraphTensor::softplus(double beta, double threshold) const {
   GraphTensor x = to_float(*this);
   GraphTensor bx = x * beta;
-  // log(1 + exp(bx)) / beta, linear above the threshold as in PyTorch.
-  GraphTensor soft = (bx.minimum(threshold).exp() + 1.0).log() / beta;
+  // log(1 + exp(bx)) / beta, linear above the threshold as in PyTorch; written as
+  // max(bx, 0) + log(1 + exp(-|bx|)) so exp never overflows (F16 overflows at exp(11.1)).
+  GraphTensor soft = (bx.maximum(0.0) + ((-bx.abs()).exp() + 1.0).log()) / beta;
   return where(bx.gt(threshold), x, soft);
 }
 

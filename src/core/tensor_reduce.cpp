@@ -7,6 +7,9 @@ namespace luminal {
 using namespace detail;
 
 namespace {
+// F16/BF16 statistics accumulate in F32 (as torch does): a sum of squares overflows F16 at 65504.
+bool is_half(DType dt) { return dt == DType::F16 || dt == DType::BF16; }
+
 // Apply a single-axis reduction to each axis, highest first so indices stay valid,
 // then restore size-1 dims when keepdim.
 template <class F>
@@ -50,25 +53,27 @@ GraphTensor GraphTensor::min(std::vector<int> axes, bool keepdim) const {
 
 GraphTensor GraphTensor::mean(std::vector<int> axes, bool keepdim) const {
   LUMINAL_CHECK(is_float(dtype_), "mean: needs a float tensor, got ", dtype_name(dtype_));
+  if (is_half(dtype_)) return cast(DType::F32).mean(std::move(axes), keepdim).cast(dtype_);
   Expression n = count(*this, axes);
   GraphTensor s = sum(axes, keepdim);
   return s / expr_scalar(*graph_, n).cast(dtype_);
 }
 
 GraphTensor GraphTensor::prod(std::vector<int> axes, bool keepdim) const {
-  // Product = sign * 2^(sum log2|x|), with zeros handled explicitly.
+  // Product = sign * 2^(sum log2|x|). A zero gives 2^-inf = 0, and a zero with an inf
+  // gives 2^NaN = NaN, as 0 * inf in torch; NaN propagates.
   GraphTensor x = to_float(*this);
   GraphTensor mag = x.abs().log2().sum(axes, keepdim).exp2();
   GraphTensor negatives = x.lt(0.0).cast(DType::I64).sum(axes, keepdim);
-  GraphTensor any_zero = x.eq(0.0).cast(DType::I64).sum(axes, keepdim).gt(0.0);
   GraphTensor sign = 1.0 - 2.0 * (negatives % 2.0).cast(x.dtype());
-  GraphTensor r = where(any_zero, scalar_like(x, 0), sign * mag);
+  GraphTensor r = sign * mag;
   if (!is_float(dtype_)) r = r.round().cast(dtype_ == DType::Bool ? DType::I64 : DType::I64);
   return r;
 }
 
 GraphTensor GraphTensor::var(std::vector<int> axes, bool keepdim, int correction) const {
   GraphTensor x = to_float(*this);
+  if (is_half(x.dtype())) return x.cast(DType::F32).var(std::move(axes), keepdim, correction).cast(x.dtype());
   GraphTensor centered = x - x.mean(axes, true);
   Expression n = count(x, axes);
   GraphTensor ss = (centered * centered).sum(axes, keepdim);
@@ -76,6 +81,7 @@ GraphTensor GraphTensor::var(std::vector<int> axes, bool keepdim, int correction
 }
 
 GraphTensor GraphTensor::std(std::vector<int> axes, bool keepdim, int correction) const {
+  if (is_half(dtype_)) return cast(DType::F32).std(std::move(axes), keepdim, correction).cast(dtype_);  // var may overflow F16
   return var(std::move(axes), keepdim, correction).sqrt();
 }
 
@@ -141,8 +147,13 @@ GraphTensor GraphTensor::softmax(int axis) const {
 }
 
 GraphTensor GraphTensor::log_softmax(int axis) const {
+  // (x - max) - log(sum(exp(x - max))), as torch: subtracting a rounded logsumexp from x
+  // would lose the low bits of x - max when |max| is large.
   GraphTensor x = to_float(*this);
-  return x - x.logsumexp({axis}, true);
+  GraphTensor m = x.max({axis}, true);
+  GraphTensor safe_m = where(m.eq(-INFINITY), scalar_like(m, 0), m);
+  GraphTensor shifted = x - safe_m;
+  return shifted - shifted.exp().sum({axis}, true).log();
 }
 
 GraphTensor GraphTensor::layer_norm(size_t normalized_rank, const std::optional<GraphTensor>& weight,
@@ -152,6 +163,13 @@ GraphTensor GraphTensor::layer_norm(size_t normalized_rank, const std::optional<
   std::vector<int> axes;
   for (size_t i = rank() - normalized_rank; i < rank(); ++i) axes.push_back(static_cast<int>(i));
   GraphTensor x = to_float(*this);
+  if (is_half(x.dtype())) {
+    DType dt = x.dtype();
+    auto up = [](const std::optional<GraphTensor>& t) {
+      return t ? std::optional<GraphTensor>(t->cast(DType::F32)) : std::nullopt;
+    };
+    return x.cast(DType::F32).layer_norm(normalized_rank, up(weight), up(bias), eps).cast(dt);
+  }
   GraphTensor centered = x - x.mean(axes, true);
   GraphTensor var = (centered * centered).mean(axes, true);
   GraphTensor y = centered * (var + eps).rsqrt();
@@ -167,6 +185,10 @@ GraphTensor GraphTensor::rms_norm(size_t normalized_rank, const std::optional<Gr
   std::vector<int> axes;
   for (size_t i = rank() - normalized_rank; i < rank(); ++i) axes.push_back(static_cast<int>(i));
   GraphTensor x = to_float(*this);
+  if (is_half(x.dtype())) {
+    std::optional<GraphTensor> w = weight ? std::optional<GraphTensor>(weight->cast(DType::F32)) : std::nullopt;
+    return x.cast(DType::F32).rms_norm(normalized_rank, w, eps).cast(x.dtype());
+  }
   GraphTensor y = x * ((x * x).mean(axes, true) + eps).rsqrt();
   if (weight) y = y * *weight;
   return y;

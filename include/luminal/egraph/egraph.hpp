@@ -1,0 +1,278 @@
+// A native e-graph engine for equality saturation (egg's rebuilding + egglog's rules).
+//
+//   EGraph g;                                  // knows i64 f64 bool String Expr ExprList
+//   g.load_file("rules/math.egg");             // sorts, constructors, functions, rules
+//   ClassId root = g.add_term("(Mul (Var \"a\") (Num 2))");
+//   RunReport r = g.run(Schedule::saturate({Schedule::run("math")}));
+//   Extractor ex(g); ex.best_term(root);
+//
+// The engine knows nothing about tensors. See docs/EGRAPH.md for the design.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "luminal/egraph/rule.hpp"
+#include "luminal/egraph/value.hpp"
+
+namespace luminal::egraph {
+
+using NodeId = uint32_t;
+using OpId = uint32_t;
+using FuncId = uint32_t;
+
+struct SortInfo {
+  std::string name;
+  ValueKind kind = ValueKind::Class;   // Class for datatypes (e-classes), else a primitive
+};
+
+struct OpInfo {
+  std::string name;
+  SortId sort = kInvalid;              // the datatype this constructor builds
+  std::vector<SortId> args;            // declared argument sorts, in order
+  std::vector<uint32_t> slot;          // arg i -> index among children or among payloads
+  uint32_t num_children = 0, num_payloads = 0;
+  double cost = 1;
+  bool unextractable = false;
+};
+
+enum class MergeKind { Old, New, Min, Max };
+
+struct FunctionInfo {
+  std::string name;
+  std::vector<SortId> args;
+  SortId out = kInvalid;
+  MergeKind merge = MergeKind::Old;    // ignored for datatype outputs: those are unioned
+};
+
+struct ENode {
+  OpId op;
+  ClassId cls;             // canonical after rebuild()
+  uint32_t children;       // offset into the child store
+  uint32_t payloads;       // offset into the payload store
+  uint32_t stamp;          // time of the last change of this row (semi-naive matching)
+  uint8_t flags;           // kDead | kSubsumed
+};
+inline constexpr uint8_t kDead = 1;      // removed (congruent duplicate or deleted)
+inline constexpr uint8_t kSubsumed = 2;  // hidden from matching and extraction
+
+// An e-class analysis: per-class data made from each node and merged on union.
+// make() may read the analysis data of the node's children through EGraph::analysis.
+struct AnalysisHooks {
+  std::string name;
+  std::function<Value(const class EGraph&, NodeId)> make;   // None = no data
+  std::function<Value(const Value& a, const Value& b)> merge;
+};
+
+// Host primitive: returns nullopt when it does not apply (the guard fails, the action
+// is skipped). Used in guards `(> (expr-coeff ?s "z") 0)` and in actions.
+using PrimitiveFn = std::function<std::optional<Value>(std::span<const Value>)>;
+
+struct Schedule {
+  enum class Kind { Run, Repeat, Saturate, Seq };
+  Kind kind = Kind::Seq;
+  std::string ruleset;                 // Run
+  uint64_t times = 1;                  // Run, Repeat
+  std::vector<Schedule> children;      // Repeat, Saturate, Seq
+  static Schedule run(std::string ruleset, uint64_t times = 1);
+  static Schedule repeat(uint64_t times, std::vector<Schedule> body);
+  static Schedule saturate(std::vector<Schedule> body);
+  static Schedule seq(std::vector<Schedule> body);
+  std::string to_string() const;
+};
+
+struct RunOptions {
+  size_t node_limit = 1'000'000;       // live e-nodes
+  size_t iteration_limit = 10'000;     // ruleset iterations, summed over the schedule
+  double time_limit_s = 60;
+  bool backoff = false;                // egg's BackoffScheduler
+  size_t match_limit = 1000;           // backoff: initial match threshold
+  size_t ban_length = 5;               // backoff: initial ban, in iterations
+  bool naive = false;                  // re-match everything each iteration (testing)
+};
+
+enum class StopReason {
+  Saturated,       // the last iteration changed nothing
+  Completed,       // the schedule ran out (repeat counts) while still changing
+  IterationLimit, NodeLimit, TimeLimit,
+};
+const char* stop_reason_name(StopReason r);
+
+struct RuleReport {
+  std::string name, ruleset, disabled;
+  size_t matches = 0, applications = 0, times_banned = 0;
+  double search_s = 0, apply_s = 0;
+};
+
+struct RunReport {
+  StopReason stop = StopReason::Saturated;
+  size_t iterations = 0, nodes = 0, classes = 0;
+  double search_s = 0, apply_s = 0, rebuild_s = 0, total_s = 0;
+  std::vector<RuleReport> rules;       // every rule that ran or is disabled, file order
+  std::string to_string() const;
+};
+
+class EGraph {
+ public:
+  EGraph();
+
+  // ---- signature ----
+  SortId declare_sort(std::string_view name);                     // a datatype
+  OpId declare_constructor(std::string_view name, std::vector<SortId> args, SortId sort,
+                           double cost = 1, bool unextractable = false);
+  FuncId declare_function(std::string_view name, std::vector<SortId> args, SortId out,
+                          MergeKind merge);
+  void register_primitive(std::string_view name, PrimitiveFn fn);
+  uint32_t register_analysis(AnalysisHooks hooks);  // before adding nodes
+  void declare_ruleset(std::string_view name);
+
+  std::optional<SortId> find_sort(std::string_view name) const;
+  std::optional<OpId> find_op(std::string_view name) const;
+  std::optional<FuncId> find_function(std::string_view name) const;
+  std::optional<uint32_t> find_primitive(std::string_view name) const;
+  bool has_ruleset(std::string_view name) const;
+  const SortInfo& sort(SortId s) const { return sorts_[s]; }
+  const OpInfo& op(OpId o) const { return ops_[o]; }
+  const FunctionInfo& function(FuncId f) const { return funcs_[f].info; }
+  size_t num_ops() const { return ops_.size(); }
+  bool arg_is_payload(OpId o, size_t arg) const { return sorts_[ops_[o].args[arg]].kind != ValueKind::Class; }
+
+  // ---- rule files (docs/EGRAPH.md) ----
+  // Errors throw luminal::Error "file:line:col: message".
+  void load_file(const std::string& path);
+  void load_string(std::string_view text, const std::string& filename = "<string>");
+  // Validate and add a rule (rule-file rules come through here too).
+  void add_rule(Rule rule);
+  const std::vector<Rule>& rules() const { return rules_; }
+  // The schedule of the last (run-schedule ...) form, if any.
+  const std::optional<Schedule>& file_schedule() const { return file_schedule_; }
+  // A term in rule-file syntax, e.g. "(Add (Num 1) (Var \"x\"))", or a `let` name.
+  ClassId add_term(std::string_view text);
+  std::optional<ClassId> global(std::string_view name) const;  // from top-level `let`
+
+  // ---- terms ----
+  // args in declared order: children as Value::cls, payloads as their values.
+  ClassId add(OpId op, std::span<const Value> args);
+  std::optional<NodeId> lookup(OpId op, std::span<const Value> args);
+  bool union_classes(ClassId a, ClassId b);   // true if they were different
+  ClassId find(ClassId id);
+  ClassId find(ClassId id) const;
+  void rebuild();                             // restore congruence and invariants
+  void subsume(NodeId n);
+  void remove(NodeId n);
+
+  // ---- functions (tables) ----
+  bool set_function(FuncId f, std::span<const Value> args, Value out);  // true if changed
+  std::optional<Value> get_function(FuncId f, std::span<const Value> args);
+  void remove_function(FuncId f, std::span<const Value> args);
+
+  // ---- running ----
+  RunReport run(const Schedule& schedule, const RunOptions& options = {});
+
+  // ---- inspection (call rebuild() first if you unioned by hand) ----
+  size_t num_nodes() const { return live_nodes_; }   // live, including subsumed
+  size_t num_classes() const { return live_classes_; }
+  std::vector<ClassId> classes() const;             // canonical ids, ascending
+  std::vector<NodeId> class_nodes(ClassId c, bool include_subsumed = false) const;
+  const ENode& node(NodeId n) const { return nodes_[n]; }
+  std::span<const ClassId> children(NodeId n) const;
+  std::span<const Value> payloads(NodeId n) const;
+  Value node_arg(NodeId n, size_t arg) const;      // declared order, children as Value::cls
+  Value analysis(uint32_t analysis, ClassId c) const;
+  std::string node_to_string(NodeId n) const;      // "(Add e3 e5)"
+  std::string dump() const;                        // canonical text of the whole e-graph
+  uint64_t version() const { return version_; }    // bumps on every change
+
+ private:
+  friend class Loader;
+  friend class Matcher;
+  // After rebuild() both lists are sorted by (operator, node id), so matching finds
+  // the nodes of one operator by binary search.
+  struct EClassData {
+    std::vector<NodeId> nodes;     // may hold dead entries until compacted
+    std::vector<NodeId> parents;   // nodes that have this class as a child
+    uint32_t nodes_sorted = 0, parents_sorted = 0;  // length of the sorted prefix
+  };
+  std::pair<const NodeId*, const NodeId*> op_range(const std::vector<NodeId>& list, OpId op) const;
+  struct FunctionTable {
+    FunctionInfo info;
+    struct Row { uint32_t key; Value out; uint32_t stamp; bool live; };
+    std::vector<Row> rows;                 // key: offset into `keys`
+    std::vector<Value> keys;
+    std::unordered_map<size_t, std::vector<uint32_t>> index;  // key hash -> rows
+    bool has_classes = false;
+  };
+  struct RuleState {
+    uint32_t since = 0;                    // stamp of the last completed search
+    std::vector<std::vector<PlanStep>> plans;   // one per seed atom
+    std::vector<int> keep;                 // the variables actions read: what a match stores
+    std::vector<Value> matches;            // reused between iterations
+    size_t times_banned = 0, banned_until = 0;
+    RuleReport report;
+  };
+  struct Hashcons;
+
+  // hashcons (open addressing over node ids)
+  uint64_t hash_node(OpId op, const ClassId* ch, const Value* pl) const;
+  uint64_t hash_node(NodeId n) const;
+  bool node_equals(NodeId n, OpId op, const ClassId* ch, const Value* pl) const;
+  NodeId memo_find(OpId op, const ClassId* ch, const Value* pl, uint64_t h) const;
+  void memo_insert(NodeId n, uint64_t h);
+  void memo_erase(NodeId n, uint64_t h);
+  void memo_grow();
+
+  void touch(NodeId n);                    // restamp + log for semi-naive matching
+  void merge_analysis(ClassId into, ClassId from);
+  void rebuild_functions();
+  void compact_class(ClassId c);
+  Value make_analysis(uint32_t a, NodeId n) const;
+  uint32_t function_row(FuncId f, std::span<const Value> args) const;
+
+  // rules and runs (run.cpp)
+  size_t search_rule(uint32_t r, size_t limit, bool naive, std::vector<Value>& matches);
+  size_t apply_rule(uint32_t r, const std::vector<Value>& matches, size_t count, size_t node_limit);
+  std::optional<Value> eval_term(const Rule& rule, uint32_t t, std::vector<Value>& env, bool mutate);
+  bool run_action(const Rule& rule, const Action& a, std::vector<Value>& env);
+  friend struct RunState;
+
+  // signature
+  std::vector<SortInfo> sorts_;
+  std::vector<OpInfo> ops_;
+  std::vector<FunctionTable> funcs_;
+  std::vector<std::pair<std::string, PrimitiveFn>> prims_;
+  std::vector<AnalysisHooks> analyses_;
+  std::map<std::string, uint32_t, std::less<>> sort_names_, op_names_, func_names_, prim_names_;
+  std::vector<std::string> rulesets_;
+  std::vector<Rule> rules_;
+  std::vector<RuleState> rule_state_;
+  std::optional<Schedule> file_schedule_;
+  std::map<std::string, ClassId, std::less<>> globals_;
+
+  // e-graph
+  std::vector<ClassId> uf_;                // union-find parent
+  std::vector<EClassData> classes_;
+  std::vector<std::vector<Value>> analysis_data_;   // [analysis][class]
+  std::vector<ENode> nodes_;
+  std::vector<ClassId> child_store_;
+  std::vector<Value> payload_store_;
+  std::vector<uint32_t> memo_;             // open addressing: node id or empty/tombstone
+  size_t memo_used_ = 0;                   // occupied incl. tombstones
+  std::vector<std::vector<std::pair<uint32_t, NodeId>>> op_log_;  // per op: (stamp, node)
+  std::vector<NodeId> pending_nodes_;      // parents of merged classes: re-canonicalise
+  std::vector<ClassId> dirty_classes_;     // classes whose node/parent lists need compacting
+  std::vector<NodeId> analysis_pending_;   // nodes whose make() must be recomputed
+  bool functions_dirty_ = false;
+  uint32_t clock_ = 1;
+  uint64_t version_ = 0;
+  size_t live_nodes_ = 0, live_classes_ = 0;
+};
+
+}  // namespace luminal::egraph

@@ -1,0 +1,763 @@
+// Rules at run time: validation and join planning (add_rule), semi-naive matching
+// (Matcher), actions, and schedule execution with budgets and backoff (run).
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <sstream>
+
+#include "luminal/egraph/egraph.hpp"
+#include "luminal/error.hpp"
+
+namespace luminal::egraph {
+
+// ---------------------------------------------------------------- builtin primitives
+
+void register_builtin_primitives(EGraph& g) {
+  using Args = std::span<const Value>;
+  auto numeric = [](const Value& v) {
+    return v.kind() == ValueKind::I64 || v.kind() == ValueKind::F64;
+  };
+  auto as_double = [](const Value& v) {
+    return v.kind() == ValueKind::I64 ? static_cast<double>(v.as_i64()) : v.as_f64();
+  };
+  // Binary arithmetic: i64 op i64 -> i64, anything with an f64 -> f64.
+  auto arith = [&](const char* name, auto int_op, auto float_op) {
+    g.register_primitive(name, [=](Args a) -> std::optional<Value> {
+      if (a.size() != 2 || !numeric(a[0]) || !numeric(a[1])) return std::nullopt;
+      if (a[0].kind() == ValueKind::I64 && a[1].kind() == ValueKind::I64)
+        return int_op(a[0].as_i64(), a[1].as_i64());
+      return float_op(as_double(a[0]), as_double(a[1]));
+    });
+  };
+  using OptV = std::optional<Value>;
+  arith("+", [](int64_t x, int64_t y) -> OptV { return Value::i64(x + y); },
+        [](double x, double y) -> OptV { return Value::f64(x + y); });
+  arith("-", [](int64_t x, int64_t y) -> OptV { return Value::i64(x - y); },
+        [](double x, double y) -> OptV { return Value::f64(x - y); });
+  arith("*", [](int64_t x, int64_t y) -> OptV { return Value::i64(x * y); },
+        [](double x, double y) -> OptV { return Value::f64(x * y); });
+  // Floor division and modulo, as luminal::Expression (the result of % has y's sign).
+  arith("/", [](int64_t x, int64_t y) -> OptV {
+          if (y == 0) return std::nullopt;
+          int64_t q = x / y;
+          return Value::i64((x % y != 0 && ((x < 0) != (y < 0))) ? q - 1 : q);
+        },
+        [](double x, double y) -> OptV { return y == 0 ? OptV() : Value::f64(x / y); });
+  arith("%", [](int64_t x, int64_t y) -> OptV {
+          if (y == 0) return std::nullopt;
+          int64_t r = x % y;
+          return Value::i64((r != 0 && ((r < 0) != (y < 0))) ? r + y : r);
+        },
+        [](double x, double y) -> OptV { return y == 0 ? OptV() : Value::f64(std::fmod(x, y)); });
+  arith("min", [](int64_t x, int64_t y) -> OptV { return Value::i64(std::min(x, y)); },
+        [](double x, double y) -> OptV { return Value::f64(std::min(x, y)); });
+  arith("max", [](int64_t x, int64_t y) -> OptV { return Value::i64(std::max(x, y)); },
+        [](double x, double y) -> OptV { return Value::f64(std::max(x, y)); });
+
+  auto compare = [&](const char* name, auto cmp) {
+    g.register_primitive(name, [=](Args a) -> std::optional<Value> {
+      if (a.size() != 2) return std::nullopt;
+      if (numeric(a[0]) && numeric(a[1])) {
+        if (a[0].kind() == ValueKind::I64 && a[1].kind() == ValueKind::I64)
+          return Value::boolean(cmp(a[0].as_i64(), a[1].as_i64()));
+        return Value::boolean(cmp(as_double(a[0]), as_double(a[1])));
+      }
+      if (a[0].kind() == ValueKind::String && a[1].kind() == ValueKind::String)
+        return Value::boolean(cmp(a[0].as_string(), a[1].as_string()));
+      return std::nullopt;
+    });
+  };
+  compare("<", [](const auto& x, const auto& y) { return x < y; });
+  compare(">", [](const auto& x, const auto& y) { return x > y; });
+  compare("<=", [](const auto& x, const auto& y) { return x <= y; });
+  compare(">=", [](const auto& x, const auto& y) { return x >= y; });
+  g.register_primitive("=", [](Args a) -> std::optional<Value> {
+    if (a.size() != 2) return std::nullopt;
+    return Value::boolean(a[0] == a[1]);
+  });
+  g.register_primitive("!=", [](Args a) -> std::optional<Value> {
+    if (a.size() != 2) return std::nullopt;
+    return Value::boolean(!(a[0] == a[1]));
+  });
+  g.register_primitive("and", [](Args a) -> std::optional<Value> {
+    bool r = true;
+    for (const Value& v : a) {
+      if (v.kind() != ValueKind::Bool) return std::nullopt;
+      r = r && v.as_bool();
+    }
+    return Value::boolean(r);
+  });
+  g.register_primitive("or", [](Args a) -> std::optional<Value> {
+    bool r = false;
+    for (const Value& v : a) {
+      if (v.kind() != ValueKind::Bool) return std::nullopt;
+      r = r || v.as_bool();
+    }
+    return Value::boolean(r);
+  });
+  g.register_primitive("not", [](Args a) -> std::optional<Value> {
+    if (a.size() != 1 || a[0].kind() != ValueKind::Bool) return std::nullopt;
+    return Value::boolean(!a[0].as_bool());
+  });
+  g.register_primitive("neg", [](Args a) -> std::optional<Value> {
+    if (a.size() != 1) return std::nullopt;
+    if (a[0].kind() == ValueKind::I64) return Value::i64(-a[0].as_i64());
+    if (a[0].kind() == ValueKind::F64) return Value::f64(-a[0].as_f64());
+    return std::nullopt;
+  });
+  g.register_primitive("to-f64", [=](Args a) -> std::optional<Value> {
+    if (a.size() != 1 || !numeric(a[0])) return std::nullopt;
+    return Value::f64(as_double(a[0]));
+  });
+  g.register_primitive("to-i64", [=](Args a) -> std::optional<Value> {
+    if (a.size() != 1 || !numeric(a[0])) return std::nullopt;
+    return Value::i64(static_cast<int64_t>(as_double(a[0])));
+  });
+}
+
+// ---------------------------------------------------------------- validation and planning
+
+static void term_vars(const Rule& r, uint32_t t, std::vector<int>& out) {
+  const RuleTerm& term = r.terms[t];
+  if (term.kind == RuleTerm::Kind::Var) out.push_back(term.var);
+  for (uint32_t a : term.args) term_vars(r, a, out);
+}
+
+// Plan for seed atom `seed`: scan the seed's table first, then repeatedly take the
+// remaining atom reachable through the most selective index (its class bound, a
+// child bound, all function inputs bound), ties to the smallest table (sizes[a], the
+// current row count) then the lowest atom index; each guard
+// runs as soon as its variables are bound. Atoms before the seed only see rows older
+// than the last search, the seed only newer rows: every new match is found exactly once.
+static std::vector<PlanStep> plan_for_seed(const EGraph& g, const Rule& r, size_t seed,
+                                           const std::vector<size_t>& sizes) {
+  std::vector<PlanStep> steps;
+  std::vector<bool> bound(r.vars.size(), false), atom_done(r.atoms.size(), false),
+      guard_done(r.guards.size(), false);
+  auto place_guards = [&] {
+    for (bool progress = true; progress;) {
+      progress = false;
+      for (size_t gi = 0; gi < r.guards.size(); ++gi) {
+        if (guard_done[gi]) continue;
+        std::vector<int> deps;
+        term_vars(r, r.guards[gi].term, deps);
+        if (!std::all_of(deps.begin(), deps.end(), [&](int v) { return bound[v]; })) continue;
+        PlanStep st;
+        st.kind = PlanStep::Kind::Guard;
+        st.index = static_cast<uint32_t>(gi);
+        int b = r.guards[gi].bind;
+        st.bind = {static_cast<uint8_t>(b >= 0 && !bound[b])};
+        if (b >= 0) bound[b] = true;
+        steps.push_back(st);
+        guard_done[gi] = progress = true;
+      }
+    }
+  };
+  auto add_atom = [&](size_t a, PlanStep::Kind kind, int key) {
+    PlanStep st;
+    st.kind = kind;
+    st.index = static_cast<uint32_t>(a);
+    st.key = key;
+    st.filter = a < seed ? -1 : a == seed ? 1 : 0;
+    for (int v : r.atoms[a].vars) {
+      st.bind.push_back(v >= 0 && !bound[v]);
+      if (v >= 0) bound[v] = true;
+    }
+    steps.push_back(std::move(st));
+    atom_done[a] = true;
+    place_guards();
+  };
+  place_guards();
+  if (r.atoms.empty()) return steps;
+  add_atom(seed, PlanStep::Kind::Scan, -1);
+  for (size_t k = 1; k < r.atoms.size(); ++k) {
+    int best = -1, best_score = -1, best_key = -1;
+    size_t best_size = SIZE_MAX;
+    PlanStep::Kind best_kind = PlanStep::Kind::Scan;
+    for (size_t a = 0; a < r.atoms.size(); ++a) {
+      if (atom_done[a]) continue;
+      const Atom& atom = r.atoms[a];
+      int score = 0, key = -1;
+      PlanStep::Kind kind = PlanStep::Kind::Scan;
+      auto is_bound = [&](size_t slot) { return atom.vars[slot] < 0 || bound[atom.vars[slot]]; };
+      if (atom.is_function) {
+        bool all = true;
+        for (size_t s = 1; s < atom.vars.size(); ++s) all = all && is_bound(s);
+        if (all) score = 3, kind = PlanStep::Kind::Lookup;
+      } else if (atom.vars[0] >= 0 && bound[atom.vars[0]]) {
+        score = 3, kind = PlanStep::Kind::ByClass;
+      } else {
+        const OpInfo& info = g.op(atom.id);
+        for (size_t s = 1; s < atom.vars.size(); ++s)
+          if (!g.arg_is_payload(atom.id, s - 1) && atom.vars[s] >= 0 && bound[atom.vars[s]]) {
+            score = 2, kind = PlanStep::Kind::ByChild, key = static_cast<int>(s);
+            break;
+          }
+        (void)info;
+      }
+      if (score > best_score || (score == best_score && sizes[a] < best_size)) {
+        best = static_cast<int>(a), best_score = score, best_kind = kind, best_key = key;
+        best_size = sizes[a];
+      }
+    }
+    add_atom(static_cast<size_t>(best), best_kind, best_key);
+  }
+  return steps;
+}
+
+void EGraph::add_rule(Rule rule) {
+  auto fail_here = [&](const auto&... msg) {
+    fail(rule.loc.to_string(), ": rule \"", rule.name, "\": ", msg...);
+  };
+  if (!has_ruleset(rule.ruleset)) fail_here("unknown ruleset '", rule.ruleset, "'");
+  for (const Atom& a : rule.atoms) {
+    size_t arity = a.is_function ? funcs_.at(a.id).info.args.size() : ops_.at(a.id).args.size();
+    if (a.vars.size() != arity + 1 || a.lits.size() != arity + 1) fail_here("malformed atom");
+  }
+  // Every variable a guard or an action reads must be bound by the query (or a let).
+  std::vector<bool> bound(rule.vars.size(), false);
+  for (const Atom& a : rule.atoms)
+    for (int v : a.vars)
+      if (v >= 0) bound[v] = true;
+  for (const Guard& gd : rule.guards)
+    if (gd.bind >= 0) bound[gd.bind] = true;
+  for (const Guard& gd : rule.guards) {
+    std::vector<int> deps;
+    term_vars(rule, gd.term, deps);
+    for (int v : deps)
+      if (!bound[v]) fail_here("variable ", rule.vars[v].name, " is used in a guard but not bound by the rule's patterns");
+  }
+  for (const Action& act : rule.actions) {
+    std::vector<int> deps;
+    term_vars(rule, act.a, deps);
+    if (act.kind == Action::Kind::Union || act.kind == Action::Kind::Set) term_vars(rule, act.b, deps);
+    for (int v : deps)
+      if (!bound[v]) fail_here("variable ", rule.vars[v].name, " is used in an action but not bound by the rule's patterns");
+    if (act.kind == Action::Kind::Let) bound[act.var] = true;
+  }
+  RuleState state;
+  {
+    std::vector<int> used;
+    for (const Action& act : rule.actions) {
+      term_vars(rule, act.a, used);
+      if (act.kind == Action::Kind::Union || act.kind == Action::Kind::Set) term_vars(rule, act.b, used);
+    }
+    std::sort(used.begin(), used.end());
+    used.erase(std::unique(used.begin(), used.end()), used.end());
+    for (int v : used) {
+      bool is_let = std::any_of(rule.actions.begin(), rule.actions.end(), [&](const Action& a) {
+        return a.kind == Action::Kind::Let && a.var == v;
+      });
+      if (!is_let) state.keep.push_back(v);
+    }
+  }
+  std::vector<size_t> sizes(rule.atoms.size(), 0);
+  for (size_t s = 0; s < std::max<size_t>(rule.atoms.size(), 1); ++s)
+    state.plans.push_back(plan_for_seed(*this, rule, s, sizes));
+  // A guard whose variables no atom binds cannot be placed (e.g. a cycle of binds).
+  size_t guards_placed = 0;
+  for (const PlanStep& st : state.plans[0]) guards_placed += st.kind == PlanStep::Kind::Guard;
+  if (guards_placed != rule.guards.size()) fail_here("a guard's variables are never bound");
+  state.report.name = rule.name;
+  state.report.ruleset = rule.ruleset;
+  state.report.disabled = rule.disabled;
+  rules_.push_back(std::move(rule));
+  rule_state_.push_back(std::move(state));
+}
+
+// ---------------------------------------------------------------- matching
+
+class Matcher {
+ public:
+  Matcher(EGraph& g, const Rule& rule, const std::vector<PlanStep>& plan, bool full,
+          uint32_t since, size_t limit, const std::vector<int>& keep, std::vector<Value>& out)
+      : g_(g), rule_(rule), plan_(plan), full_(full), since_(since), limit_(limit), keep_(keep),
+        out_(out), env_(rule.vars.size()) {}
+
+  size_t run() {
+    step(0);
+    return count_;
+  }
+
+ private:
+  bool stamp_ok(int8_t filter, uint32_t stamp) const {
+    if (full_ || filter == 0) return true;
+    return filter > 0 ? stamp >= since_ : stamp < since_;
+  }
+
+  // Returns false once the match limit is exceeded (the search is abandoned).
+  bool step(size_t i) {
+    if (i == plan_.size()) {
+      ++count_;
+      if (count_ > limit_) return false;
+      for (int v : keep_) out_.push_back(env_[v]);
+      return true;
+    }
+    const PlanStep& st = plan_[i];
+    switch (st.kind) {
+      case PlanStep::Kind::Guard: {
+        const Guard& gd = rule_.guards[st.index];
+        std::optional<Value> v = g_.eval_term(rule_, gd.term, env_, false);
+        if (!v) return true;
+        if (gd.bind < 0) return v->kind() == ValueKind::Bool && v->as_bool() ? step(i + 1) : true;
+        if (st.bind[0]) {
+          env_[gd.bind] = *v;
+          return step(i + 1);
+        }
+        return env_[gd.bind] == *v ? step(i + 1) : true;
+      }
+      case PlanStep::Kind::Lookup: {
+        const Atom& atom = rule_.atoms[st.index];
+        std::vector<Value> key(atom.vars.size() - 1);
+        for (size_t s = 1; s < atom.vars.size(); ++s)
+          key[s - 1] = atom.vars[s] < 0 ? atom.lits[s] : env_[atom.vars[s]];
+        uint32_t r = g_.function_row(atom.id, key);
+        if (r == kInvalid) return true;
+        return try_row(i, st, r);
+      }
+      case PlanStep::Kind::Scan: {
+        const Atom& atom = rule_.atoms[st.index];
+        if (atom.is_function) {
+          const auto& rows = g_.funcs_[atom.id].rows;
+          for (uint32_t r = 0; r < rows.size(); ++r)
+            if (rows[r].live && stamp_ok(st.filter, rows[r].stamp) && !try_row(i, st, r)) return false;
+          return true;
+        }
+        const auto& log = g_.op_log_[atom.id];
+        size_t start = 0;
+        if (!full_ && st.filter > 0)
+          start = std::lower_bound(log.begin(), log.end(), std::make_pair(since_, NodeId(0))) - log.begin();
+        for (size_t k = start; k < log.size(); ++k) {
+          auto [stamp, n] = log[k];
+          const ENode& e = g_.nodes_[n];
+          if (e.stamp != stamp || e.flags || !stamp_ok(st.filter, stamp)) continue;
+          if (!try_node(i, st, n)) return false;
+        }
+        return true;
+      }
+      case PlanStep::Kind::ByClass: {
+        const Atom& atom = rule_.atoms[st.index];
+        ClassId c = env_[atom.vars[0]].as_class();
+        auto [lo, hi] = g_.op_range(g_.classes_[c].nodes, atom.id);
+        for (const NodeId* p = lo; p != hi; ++p) {
+          const ENode& e = g_.nodes_[*p];
+          if (e.flags || !stamp_ok(st.filter, e.stamp)) continue;
+          if (!try_node(i, st, *p)) return false;
+        }
+        return true;
+      }
+      case PlanStep::Kind::ByChild: {
+        const Atom& atom = rule_.atoms[st.index];
+        ClassId c = env_[atom.vars[st.key]].as_class();
+        uint32_t child = g_.ops_[atom.id].slot[st.key - 1];
+        auto [lo, hi] = g_.op_range(g_.classes_[c].parents, atom.id);
+        for (const NodeId* p = lo; p != hi; ++p) {
+          const ENode& e = g_.nodes_[*p];
+          if (e.flags || !stamp_ok(st.filter, e.stamp)) continue;
+          if (g_.child_store_[e.children + child] != c) continue;
+          if (!try_node(i, st, *p)) return false;
+        }
+        return true;
+      }
+    }
+    return true;
+  }
+
+  bool unify(const Atom& atom, const PlanStep& st, size_t slot, const Value& v) {
+    int var = atom.vars[slot];
+    if (var < 0) return atom.lits[slot] == v;
+    if (st.bind[slot]) {
+      env_[var] = v;
+      return true;
+    }
+    return env_[var] == v;
+  }
+
+  bool try_node(size_t i, const PlanStep& st, NodeId n) {
+    const Atom& atom = rule_.atoms[st.index];
+    const ENode& e = g_.nodes_[n];
+    const OpInfo& info = g_.ops_[e.op];
+    if (!unify(atom, st, 0, Value::cls(e.cls))) return true;
+    for (size_t a = 0; a < info.args.size(); ++a) {
+      Value v = g_.sorts_[info.args[a]].kind == ValueKind::Class
+                    ? Value::cls(g_.child_store_[e.children + info.slot[a]])
+                    : g_.payload_store_[e.payloads + info.slot[a]];
+      if (!unify(atom, st, a + 1, v)) return true;
+    }
+    return step(i + 1);
+  }
+
+  bool try_row(size_t i, const PlanStep& st, uint32_t r) {
+    const Atom& atom = rule_.atoms[st.index];
+    const auto& t = g_.funcs_[atom.id];
+    const auto& row = t.rows[r];
+    if (!stamp_ok(st.filter, row.stamp)) return true;
+    if (!unify(atom, st, 0, row.out)) return true;
+    for (size_t s = 1; s < atom.vars.size(); ++s)
+      if (!unify(atom, st, s, t.keys[row.key + s - 1])) return true;
+    return step(i + 1);
+  }
+
+  EGraph& g_;
+  const Rule& rule_;
+  const std::vector<PlanStep>& plan_;
+  bool full_;
+  uint32_t since_;
+  size_t limit_;
+  const std::vector<int>& keep_;
+  std::vector<Value>& out_;
+  std::vector<Value> env_;
+  size_t count_ = 0;
+};
+
+size_t EGraph::search_rule(uint32_t r, size_t limit, bool naive, std::vector<Value>& matches) {
+  const Rule& rule = rules_[r];
+  RuleState& state = rule_state_[r];
+  if (rule.atoms.empty()) {  // a fact-free rule fires once
+    if (state.since != 0) return 0;
+    return Matcher(*this, rule, state.plans[0], true, 0, limit, state.keep, matches).run();
+  }
+  // Plans are re-made from the current table sizes (never frozen on empty tables).
+  std::vector<size_t> sizes(rule.atoms.size());
+  for (size_t a = 0; a < rule.atoms.size(); ++a) {
+    const Atom& atom = rule.atoms[a];
+    sizes[a] = atom.is_function ? funcs_[atom.id].rows.size() : op_log_[atom.id].size();
+  }
+  if (state.since == 0 || naive) {
+    // First search: no old rows, one full join seeded at the smallest table.
+    size_t seed = std::min_element(sizes.begin(), sizes.end()) - sizes.begin();
+    if (sizes[seed] == 0) return 0;
+    state.plans[seed] = plan_for_seed(*this, rule, seed, sizes);
+    return Matcher(*this, rule, state.plans[seed], true, 0, limit, state.keep, matches).run();
+  }
+  size_t total = 0;
+  for (size_t seed = 0; seed < rule.atoms.size(); ++seed) {
+    if (sizes[seed] == 0) return 0;  // an empty table: no match at all
+    state.plans[seed] = plan_for_seed(*this, rule, seed, sizes);
+    total += Matcher(*this, rule, state.plans[seed], false, state.since, limit - std::min(limit, total), state.keep, matches).run();
+    if (total > limit) break;
+  }
+  return total;
+}
+
+// ---------------------------------------------------------------- actions
+
+std::optional<Value> EGraph::eval_term(const Rule& rule, uint32_t t, std::vector<Value>& env,
+                                       bool mutate) {
+  const RuleTerm& term = rule.terms[t];
+  switch (term.kind) {
+    case RuleTerm::Kind::Var: {
+      Value v = env[term.var];
+      return v.kind() == ValueKind::Class ? Value::cls(find(v.as_class())) : v;
+    }
+    case RuleTerm::Kind::Literal: return term.literal;
+    default: break;
+  }
+  Value args[16];
+  LUMINAL_ASSERT(term.args.size() <= 16, "term too wide");
+  for (size_t i = 0; i < term.args.size(); ++i) {
+    std::optional<Value> v = eval_term(rule, term.args[i], env, mutate);
+    if (!v) return std::nullopt;
+    args[i] = *v;
+  }
+  std::span<const Value> span(args, term.args.size());
+  switch (term.kind) {
+    case RuleTerm::Kind::Primitive: return prims_[term.id].second(span);
+    case RuleTerm::Kind::Function: return get_function(term.id, span);
+    case RuleTerm::Kind::Constructor: {
+      if (mutate) return Value::cls(add(term.id, span));
+      std::optional<NodeId> n = lookup(term.id, span);
+      if (!n) return std::nullopt;
+      return Value::cls(find(nodes_[*n].cls));
+    }
+    default: return std::nullopt;
+  }
+}
+
+// Runs one action; false aborts the remaining actions of this match (a primitive or a
+// function lookup had no value).
+bool EGraph::run_action(const Rule& rule, const Action& act, std::vector<Value>& env) {
+  auto eval_args = [&](uint32_t t, std::vector<Value>& out) {
+    for (uint32_t a : rule.terms[t].args) {
+      std::optional<Value> v = eval_term(rule, a, env, true);
+      if (!v) return false;
+      out.push_back(*v);
+    }
+    return true;
+  };
+  switch (act.kind) {
+    case Action::Kind::Let: {
+      std::optional<Value> v = eval_term(rule, act.a, env, true);
+      if (!v) return false;
+      env[act.var] = *v;
+      return true;
+    }
+    case Action::Kind::Build: return eval_term(rule, act.a, env, true).has_value();
+    case Action::Kind::Union: {
+      std::optional<Value> a = eval_term(rule, act.a, env, true);
+      std::optional<Value> b = a ? eval_term(rule, act.b, env, true) : std::nullopt;
+      if (!a || !b) return false;
+      if (a->kind() == ValueKind::Class && b->kind() == ValueKind::Class)
+        union_classes(a->as_class(), b->as_class());
+      return true;
+    }
+    case Action::Kind::Set: {
+      std::vector<Value> args;
+      if (!eval_args(act.a, args)) return false;
+      std::optional<Value> v = eval_term(rule, act.b, env, true);
+      if (!v) return false;
+      set_function(rule.terms[act.a].id, args, *v);
+      return true;
+    }
+    case Action::Kind::Subsume:
+    case Action::Kind::Delete: {
+      const RuleTerm& target = rule.terms[act.a];
+      std::vector<Value> args;
+      if (!eval_args(act.a, args)) return false;
+      if (target.kind == RuleTerm::Kind::Function) {
+        remove_function(target.id, args);
+        return true;
+      }
+      if (act.kind == Action::Kind::Subsume) add(target.id, args);
+      if (std::optional<NodeId> n = lookup(target.id, args))
+        act.kind == Action::Kind::Subsume ? subsume(*n) : remove(*n);
+      return true;
+    }
+  }
+  return true;
+}
+
+size_t EGraph::apply_rule(uint32_t r, const std::vector<Value>& matches, size_t count,
+                          size_t node_limit) {
+  const Rule& rule = rules_[r];
+  const std::vector<int>& keep = rule_state_[r].keep;
+  size_t width = keep.size(), applied = 0;
+  std::vector<Value> env(rule.vars.size());
+  for (size_t m = 0; m < count; ++m) {
+    if (live_nodes_ > node_limit) break;
+    for (size_t k = 0; k < width; ++k) env[keep[k]] = matches[m * width + k];
+    uint64_t before = version_;
+    for (const Action& act : rule.actions)
+      if (!run_action(rule, act, env)) break;
+    applied += version_ != before;
+  }
+  return applied;
+}
+
+// ---------------------------------------------------------------- schedules
+
+Schedule Schedule::run(std::string ruleset, uint64_t times) {
+  Schedule s;
+  s.kind = Kind::Run;
+  s.ruleset = std::move(ruleset);
+  s.times = times;
+  return s;
+}
+Schedule Schedule::repeat(uint64_t times, std::vector<Schedule> body) {
+  Schedule s;
+  s.kind = Kind::Repeat;
+  s.times = times;
+  s.children = std::move(body);
+  return s;
+}
+Schedule Schedule::saturate(std::vector<Schedule> body) {
+  Schedule s;
+  s.kind = Kind::Saturate;
+  s.children = std::move(body);
+  return s;
+}
+Schedule Schedule::seq(std::vector<Schedule> body) {
+  Schedule s;
+  s.kind = Kind::Seq;
+  s.children = std::move(body);
+  return s;
+}
+
+std::string Schedule::to_string() const {
+  std::ostringstream os;
+  switch (kind) {
+    case Kind::Run:
+      os << "(run";
+      if (!ruleset.empty()) os << ' ' << ruleset;
+      if (times != 1) os << ' ' << times;
+      os << ')';
+      return os.str();
+    case Kind::Repeat: os << "(repeat " << times; break;
+    case Kind::Saturate: os << "(saturate"; break;
+    case Kind::Seq: os << "(seq"; break;
+  }
+  for (const Schedule& c : children) os << ' ' << c.to_string();
+  os << ')';
+  return os.str();
+}
+
+const char* stop_reason_name(StopReason r) {
+  switch (r) {
+    case StopReason::Saturated: return "Saturated";
+    case StopReason::Completed: return "Completed";
+    case StopReason::IterationLimit: return "IterationLimit";
+    case StopReason::NodeLimit: return "NodeLimit";
+    case StopReason::TimeLimit: return "TimeLimit";
+  }
+  return "?";
+}
+
+std::string RunReport::to_string() const {
+  std::ostringstream os;
+  os << "stop=" << stop_reason_name(stop) << " iterations=" << iterations << " nodes=" << nodes
+     << " classes=" << classes << " search=" << search_s << "s apply=" << apply_s
+     << "s rebuild=" << rebuild_s << "s total=" << total_s << "s\n";
+  for (const RuleReport& r : rules) {
+    os << "  " << (r.ruleset.empty() ? "" : r.ruleset + "/") << r.name;
+    if (!r.disabled.empty()) {
+      os << ": disabled (" << r.disabled << ")\n";
+      continue;
+    }
+    os << ": matches=" << r.matches << " applied=" << r.applications << " banned=" << r.times_banned
+       << " search=" << r.search_s << "s apply=" << r.apply_s << "s\n";
+  }
+  return os.str();
+}
+
+using Clock = std::chrono::steady_clock;
+static double seconds_since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+struct RunState {
+  EGraph& g;
+  const RunOptions& opt;
+  RunReport report = {};
+  std::vector<RuleReport> rules = {};  // this run's numbers, per rule
+  Clock::time_point start = Clock::now();
+  std::optional<StopReason> stop = {};
+  bool last_changed = false;
+
+  bool over_time() const { return seconds_since(start) > opt.time_limit_s; }
+
+  // One iteration of a ruleset: search every rule, apply every match, rebuild.
+  bool run_once(const std::string& ruleset) {
+    if (report.iterations >= opt.iteration_limit) return stop = StopReason::IterationLimit, false;
+    if (over_time()) return stop = StopReason::TimeLimit, false;
+    size_t iter = ++report.iterations;
+    uint32_t now = ++g.clock_;
+    uint64_t before = g.version_;
+    std::vector<uint32_t> members;
+    bool banned_any = false;
+    for (uint32_t r = 0; r < g.rules_.size(); ++r) {
+      if (g.rules_[r].ruleset != ruleset || !g.rules_[r].disabled.empty()) continue;
+      if (opt.backoff && g.rule_state_[r].banned_until > iter) {
+        banned_any = true;
+        continue;
+      }
+      members.push_back(r);
+    }
+    std::vector<size_t> counts(members.size(), 0);
+    for (size_t k = 0; k < members.size(); ++k) {
+      uint32_t r = members[k];
+      auto& st = g.rule_state_[r];
+      size_t limit = opt.backoff ? opt.match_limit << std::min<size_t>(st.times_banned, 40) : SIZE_MAX;
+      auto t0 = Clock::now();
+      st.matches.clear();
+      size_t n = g.search_rule(r, limit, opt.naive, st.matches);
+      double dt = seconds_since(t0);
+      rules[r].search_s += dt;
+      report.search_s += dt;
+      if (n > limit) {  // egg's BackoffScheduler: drop the matches, ban, double both
+        st.matches.clear();
+        st.banned_until = iter + (opt.ban_length << std::min<size_t>(st.times_banned, 40));
+        ++st.times_banned;
+        ++rules[r].times_banned;
+        banned_any = true;
+        continue;
+      }
+      st.since = now;
+      counts[k] = n;
+      rules[r].matches += n;
+      if (over_time()) break;
+    }
+    auto t1 = Clock::now();
+    bool cut = false;  // the node budget ran out mid-apply: stop after this iteration
+    for (size_t k = 0; k < members.size(); ++k) {
+      cut |= g.live_nodes_ > opt.node_limit;
+      auto t0 = Clock::now();
+      rules[members[k]].applications += g.apply_rule(members[k], g.rule_state_[members[k]].matches, counts[k], opt.node_limit);
+      rules[members[k]].apply_s += seconds_since(t0);
+    }
+    cut |= g.live_nodes_ > opt.node_limit;
+    report.apply_s += seconds_since(t1);
+    auto t2 = Clock::now();
+    g.rebuild();
+    report.rebuild_s += seconds_since(t2);
+    bool changed = g.version_ != before;
+    if (!changed && banned_any) {
+      // egg's can_stop: nothing changed but some rules sat out; lift their bans.
+      for (uint32_t r = 0; r < g.rules_.size(); ++r)
+        if (g.rules_[r].ruleset == ruleset) g.rule_state_[r].banned_until = 0;
+      changed = true;
+    }
+    last_changed = changed;
+    if (cut || g.live_nodes_ > opt.node_limit) stop = StopReason::NodeLimit;
+    else if (over_time()) stop = StopReason::TimeLimit;
+    return changed;
+  }
+
+  bool exec_all(const std::vector<Schedule>& body) {
+    bool changed = false;
+    for (const Schedule& s : body) {
+      changed |= exec(s);
+      if (stop) break;
+    }
+    return changed;
+  }
+
+  bool exec(const Schedule& s) {
+    bool changed = false;
+    switch (s.kind) {
+      case Schedule::Kind::Run:
+        for (uint64_t i = 0; i < s.times && !stop; ++i) {
+          if (!run_once(s.ruleset)) break;
+          changed = true;
+        }
+        return changed;
+      case Schedule::Kind::Repeat:
+        for (uint64_t i = 0; i < s.times && !stop; ++i) {
+          if (!exec_all(s.children)) break;  // a no-op body stays a no-op
+          changed = true;
+        }
+        return changed;
+      case Schedule::Kind::Saturate:
+        while (!stop && exec_all(s.children)) changed = true;
+        return changed;
+      case Schedule::Kind::Seq: return exec_all(s.children);
+    }
+    return false;
+  }
+};
+
+static void check_schedule(const EGraph& g, const Schedule& s) {
+  if (s.kind == Schedule::Kind::Run && !g.has_ruleset(s.ruleset))
+    fail("schedule runs unknown ruleset '", s.ruleset, "'");
+  for (const Schedule& c : s.children) check_schedule(g, c);
+}
+
+RunReport EGraph::run(const Schedule& schedule, const RunOptions& options) {
+  check_schedule(*this, schedule);
+  rebuild();
+  RunState st{*this, options};
+  st.rules.resize(rules_.size());
+  for (size_t r = 0; r < rules_.size(); ++r) {
+    st.rules[r].name = rules_[r].name;
+    st.rules[r].ruleset = rules_[r].ruleset;
+    st.rules[r].disabled = rules_[r].disabled;
+  }
+  st.exec(schedule);
+  st.report.stop = st.stop.value_or(st.last_changed ? StopReason::Completed : StopReason::Saturated);
+  st.report.nodes = live_nodes_;
+  st.report.classes = live_classes_;
+  st.report.total_s = seconds_since(st.start);
+  st.report.rules = std::move(st.rules);
+  return st.report;
+}
+
+}  // namespace luminal::egraph

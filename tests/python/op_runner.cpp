@@ -1,0 +1,347 @@
+// luminal_op_runner: runs a batch of single-op test cases on the ReferenceRuntime.
+//
+//   luminal_op_runner cases.json inputs.safetensors outputs.safetensors
+//
+// cases.json is a list of cases:
+//   {"id": "add.f32.bcast", "op": "add",
+//    "inputs": [{"name": "a", "shape": [2, "seq", 3], "dtype": "F32",
+//                "view": null | {"kind": "transpose", "dims": [0, 1]}
+//                             | {"kind": "permute", "dims": [...]}
+//                             | {"kind": "slice", "axis": 1, "start": 0, "end": 4, "step": 2}
+//                             | {"kind": "expand", "shape": [4, 3]}}],
+//    "args": {...}, "dims": {"seq": 5}}
+// Input `name` of case `id` is read from tensor "<id>.in.<name>" of inputs.safetensors
+// (the stored tensor has the declared shape; the view is applied in the graph). Output k
+// of the case is written as "<id>.<k>". Each case is its own Graph; a case that throws is
+// reported on stdout as {"id": ..., "error": ...} and the runner moves on. Before each
+// case a line {"start": id} is printed so a caller can tell which case aborted the process.
+#include <cstdio>
+#include <fstream>
+#include <functional>
+#include <iostream>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "luminal/luminal.hpp"
+#include "luminal/safetensors.hpp"
+
+using json = nlohmann::json;
+using namespace luminal;
+
+namespace {
+
+using Ins = std::vector<GraphTensor>;
+using Outs = std::vector<GraphTensor>;
+using OpFn = std::function<Outs(Ins&, const json&)>;
+
+Expression to_expr(const json& j) {
+  if (j.is_string()) return Expression::var(j.get<std::string>());
+  return Expression(j.get<int64_t>());
+}
+Shape to_shape(const json& j) {
+  Shape s;
+  for (const auto& d : j) s.push_back(to_expr(d));
+  return s;
+}
+std::vector<int> ints(const json& j) { return j.get<std::vector<int>>(); }
+// A number; JSON has no inf/NaN, so those arrive as the strings "inf", "-inf", "nan".
+double dbl(const json& j) {
+  if (j.is_string()) return std::stod(j.get<std::string>());
+  return j.get<double>();
+}
+template <class T>
+T arg(const json& args, const char* key, T def) {
+  if (!args.contains(key) || args[key].is_null()) return def;
+  if constexpr (std::is_same_v<T, double>) return dbl(args[key]);
+  else return args[key].get<T>();
+}
+std::optional<double> opt_double(const json& args, const char* key) {
+  if (!args.contains(key) || args[key].is_null()) return std::nullopt;
+  return dbl(args[key]);
+}
+std::pair<int, int> pair2(const json& args, const char* key, int def) {
+  if (!args.contains(key)) return {def, def};
+  const json& j = args[key];
+  if (j.is_number()) return {j.get<int>(), j.get<int>()};
+  return {j[0].get<int>(), j[1].get<int>()};
+}
+std::optional<GraphTensor> opt_input(Ins& in, size_t i) {
+  if (i < in.size()) return in[i];
+  return std::nullopt;
+}
+
+// Binary arithmetic/comparison: tensor (op) tensor, tensor (op) scalar, or scalar (op) tensor.
+OpFn binop(GraphTensor (*tt)(const GraphTensor&, const GraphTensor&), GraphTensor (*ts)(const GraphTensor&, double),
+           GraphTensor (*st)(double, const GraphTensor&)) {
+  return [=](Ins& in, const json& a) -> Outs {
+    if (in.size() == 2) return {tt(in[0], in[1])};
+    double s = dbl(a.at("scalar"));
+    if (arg(a, "reverse", false)) {
+      LUMINAL_CHECK(st != nullptr, "this op has no scalar-first form");
+      return {st(s, in[0])};
+    }
+    return {ts(in[0], s)};
+  };
+}
+
+#define CMP(NAME)                                                              \
+  {#NAME, [](Ins& in, const json& a) -> Outs {                                 \
+     if (in.size() == 2) return {in[0].NAME(in[1])};                           \
+     return {in[0].NAME(dbl(a.at("scalar")))};                        \
+   }}
+#define UNARY(NAME) \
+  {#NAME, [](Ins& in, const json&) -> Outs { return {in[0].NAME()}; }}
+#define REDUCE(NAME)                                                                             \
+  {#NAME, [](Ins& in, const json& a) -> Outs {                                                   \
+     return {in[0].NAME(arg(a, "axes", std::vector<int>{}), arg(a, "keepdim", false))};          \
+   }}
+
+const std::map<std::string, OpFn>& registry() {
+  static const std::map<std::string, OpFn> table = {
+      // ---- arithmetic ----
+      {"add", binop([](const GraphTensor& x, const GraphTensor& y) { return x + y; },
+                    [](const GraphTensor& x, double s) { return x + s; },
+                    [](double s, const GraphTensor& x) { return s + x; })},
+      {"sub", binop([](const GraphTensor& x, const GraphTensor& y) { return x - y; },
+                    [](const GraphTensor& x, double s) { return x - s; },
+                    [](double s, const GraphTensor& x) { return s - x; })},
+      {"mul", binop([](const GraphTensor& x, const GraphTensor& y) { return x * y; },
+                    [](const GraphTensor& x, double s) { return x * s; },
+                    [](double s, const GraphTensor& x) { return s * x; })},
+      {"div", binop([](const GraphTensor& x, const GraphTensor& y) { return x / y; },
+                    [](const GraphTensor& x, double s) { return x / s; },
+                    [](double s, const GraphTensor& x) { return s / x; })},
+      {"mod", binop([](const GraphTensor& x, const GraphTensor& y) { return x % y; },
+                    [](const GraphTensor& x, double s) { return x % s; }, nullptr)},
+      {"floor_div", [](Ins& in, const json&) -> Outs { return {in[0].floor_div(in[1])}; }},
+      {"neg", [](Ins& in, const json&) -> Outs { return {-in[0]}; }},
+      UNARY(abs),
+      UNARY(sign),
+      {"pow", [](Ins& in, const json& a) -> Outs {
+         if (in.size() == 2) return {in[0].pow(in[1])};
+         return {in[0].pow(dbl(a.at("scalar")))};
+       }},
+      {"minimum", [](Ins& in, const json& a) -> Outs {
+         if (in.size() == 2) return {in[0].minimum(in[1])};
+         return {in[0].minimum(dbl(a.at("scalar")))};
+       }},
+      {"maximum", [](Ins& in, const json& a) -> Outs {
+         if (in.size() == 2) return {in[0].maximum(in[1])};
+         return {in[0].maximum(dbl(a.at("scalar")))};
+       }},
+      {"clamp", [](Ins& in, const json& a) -> Outs { return {in[0].clamp(opt_double(a, "min"), opt_double(a, "max"))}; }},
+      // ---- elementwise functions ----
+      UNARY(exp), UNARY(exp2), UNARY(log), UNARY(log2), UNARY(sin), UNARY(cos), UNARY(tan), UNARY(sqrt),
+      UNARY(rsqrt), UNARY(reciprocal), UNARY(floor), UNARY(ceil), UNARY(round), UNARY(erf), UNARY(tanh),
+      UNARY(sigmoid), UNARY(relu), UNARY(gelu), UNARY(gelu_tanh), UNARY(silu),
+      {"leaky_relu", [](Ins& in, const json& a) -> Outs { return {in[0].leaky_relu(arg(a, "slope", 0.01))}; }},
+      {"softplus", [](Ins& in, const json& a) -> Outs {
+         return {in[0].softplus(arg(a, "beta", 1.0), arg(a, "threshold", 20.0))};
+       }},
+      // ---- comparisons and logic ----
+      CMP(lt), CMP(le), CMP(gt), CMP(ge), CMP(eq), CMP(ne),
+      {"logical_and", [](Ins& in, const json&) -> Outs { return {in[0].logical_and(in[1])}; }},
+      {"logical_or", [](Ins& in, const json&) -> Outs { return {in[0].logical_or(in[1])}; }},
+      UNARY(logical_not),
+      {"where", [](Ins& in, const json&) -> Outs { return {GraphTensor::where(in[0], in[1], in[2])}; }},
+      // ---- reductions ----
+      REDUCE(sum), REDUCE(mean), REDUCE(max), REDUCE(min), REDUCE(prod), REDUCE(logsumexp),
+      {"var", [](Ins& in, const json& a) -> Outs {
+         return {in[0].var(arg(a, "axes", std::vector<int>{}), arg(a, "keepdim", false), arg(a, "correction", 1))};
+       }},
+      {"std", [](Ins& in, const json& a) -> Outs {
+         return {in[0].std(arg(a, "axes", std::vector<int>{}), arg(a, "keepdim", false), arg(a, "correction", 1))};
+       }},
+      UNARY(sum_all),
+      {"argmax", [](Ins& in, const json& a) -> Outs { return {in[0].argmax(a.at("axis"), arg(a, "keepdim", false))}; }},
+      {"argmin", [](Ins& in, const json& a) -> Outs { return {in[0].argmin(a.at("axis"), arg(a, "keepdim", false))}; }},
+      {"cumsum", [](Ins& in, const json& a) -> Outs { return {in[0].cumsum(a.at("axis"))}; }},
+      {"softmax", [](Ins& in, const json& a) -> Outs { return {in[0].softmax(a.at("axis"))}; }},
+      {"log_softmax", [](Ins& in, const json& a) -> Outs { return {in[0].log_softmax(a.at("axis"))}; }},
+      {"layer_norm", [](Ins& in, const json& a) -> Outs {
+         bool w = arg(a, "weight", false), b = arg(a, "bias", false);
+         std::optional<GraphTensor> wt = w ? opt_input(in, 1) : std::nullopt;
+         std::optional<GraphTensor> bt = b ? opt_input(in, w ? 2 : 1) : std::nullopt;
+         return {in[0].layer_norm(a.at("normalized_rank"), wt, bt, arg(a, "eps", 1e-5))};
+       }},
+      {"rms_norm", [](Ins& in, const json& a) -> Outs {
+         return {in[0].rms_norm(a.at("normalized_rank"), opt_input(in, 1), arg(a, "eps", 1e-6))};
+       }},
+      // ---- linear algebra, convolution, pooling ----
+      {"matmul", [](Ins& in, const json&) -> Outs { return {in[0].matmul(in[1])}; }},
+      {"linear", [](Ins& in, const json&) -> Outs { return {in[0].linear(in[1], opt_input(in, 2))}; }},
+      {"conv1d", [](Ins& in, const json& a) -> Outs {
+         return {in[0].conv1d(in[1], opt_input(in, 2), arg(a, "stride", 1), arg(a, "padding", 0),
+                              arg(a, "dilation", 1), arg(a, "groups", 1))};
+       }},
+      {"conv2d", [](Ins& in, const json& a) -> Outs {
+         return {in[0].conv2d(in[1], opt_input(in, 2), pair2(a, "stride", 1), pair2(a, "padding", 0),
+                              pair2(a, "dilation", 1), arg(a, "groups", 1))};
+       }},
+      {"max_pool2d", [](Ins& in, const json& a) -> Outs {
+         return {in[0].max_pool2d(pair2(a, "kernel", 1), pair2(a, "stride", 0), pair2(a, "padding", 0))};
+       }},
+      {"avg_pool2d", [](Ins& in, const json& a) -> Outs {
+         return {in[0].avg_pool2d(pair2(a, "kernel", 1), pair2(a, "stride", 0), pair2(a, "padding", 0))};
+       }},
+      // ---- movement ----
+      {"identity", [](Ins& in, const json&) -> Outs { return {in[0]}; }},
+      UNARY(contiguous),
+      {"reshape", [](Ins& in, const json& a) -> Outs { return {in[0].reshape(to_shape(a.at("shape")))}; }},
+      {"permute", [](Ins& in, const json& a) -> Outs { return {in[0].permute(ints(a.at("dims")))}; }},
+      {"transpose", [](Ins& in, const json& a) -> Outs { return {in[0].transpose(a.at("dim0"), a.at("dim1"))}; }},
+      UNARY(t),
+      {"expand", [](Ins& in, const json& a) -> Outs { return {in[0].expand(to_shape(a.at("shape")))}; }},
+      {"expand_dim", [](Ins& in, const json& a) -> Outs {
+         return {in[0].expand_dim(a.at("axis"), to_expr(a.at("size")))};
+       }},
+      {"unsqueeze", [](Ins& in, const json& a) -> Outs { return {in[0].unsqueeze(a.at("axis"))}; }},
+      {"squeeze", [](Ins& in, const json& a) -> Outs {
+         if (a.contains("axis")) return {in[0].squeeze(a.at("axis").get<int>())};
+         return {in[0].squeeze()};
+       }},
+      {"flatten", [](Ins& in, const json& a) -> Outs { return {in[0].flatten(arg(a, "start", 0), arg(a, "end", -1))}; }},
+      {"slice", [](Ins& in, const json& a) -> Outs {
+         std::optional<int64_t> end;
+         if (a.contains("end") && !a["end"].is_null()) end = a["end"].get<int64_t>();
+         return {in[0].slice(a.at("axis"), arg<int64_t>(a, "start", 0), end, arg<int64_t>(a, "step", 1))};
+       }},
+      {"narrow", [](Ins& in, const json& a) -> Outs {
+         return {in[0].narrow(a.at("axis"), to_expr(a.at("start")), to_expr(a.at("length")))};
+       }},
+      {"pad", [](Ins& in, const json& a) -> Outs {
+         return {in[0].pad(a.at("axis"), to_expr(a.at("before")), to_expr(a.at("after")), arg(a, "value", 0.0))};
+       }},
+      {"concat", [](Ins& in, const json& a) -> Outs { return {GraphTensor::concat(in, a.at("axis"))}; }},
+      {"stack", [](Ins& in, const json& a) -> Outs { return {GraphTensor::stack(in, a.at("axis"))}; }},
+      {"split", [](Ins& in, const json& a) -> Outs {
+         std::vector<Expression> sizes;
+         for (const auto& s : a.at("sizes")) sizes.push_back(to_expr(s));
+         return in[0].split(sizes, a.at("axis"));
+       }},
+      {"chunk", [](Ins& in, const json& a) -> Outs { return in[0].chunk(a.at("chunks"), a.at("axis")); }},
+      {"repeat", [](Ins& in, const json& a) -> Outs { return {in[0].repeat(to_shape(a.at("times")))}; }},
+      {"flip", [](Ins& in, const json& a) -> Outs { return {in[0].flip(ints(a.at("dims")))}; }},
+      {"tril", [](Ins& in, const json& a) -> Outs { return {in[0].tril(arg<int64_t>(a, "diagonal", 0))}; }},
+      {"triu", [](Ins& in, const json& a) -> Outs { return {in[0].triu(arg<int64_t>(a, "diagonal", 0))}; }},
+      // ---- indexing, sorting ----
+      {"gather", [](Ins& in, const json& a) -> Outs { return {in[0].gather(a.at("axis"), in[1])}; }},
+      {"scatter", [](Ins& in, const json& a) -> Outs { return {in[0].scatter(a.at("axis"), in[1], in[2])}; }},
+      {"index_select", [](Ins& in, const json& a) -> Outs { return {in[0].index_select(a.at("axis"), in[1])}; }},
+      {"embedding", [](Ins& in, const json&) -> Outs { return {in[0].embedding(in[1])}; }},
+      {"one_hot", [](Ins& in, const json& a) -> Outs { return {in[0].one_hot(a.at("num_classes"))}; }},
+      {"topk", [](Ins& in, const json& a) -> Outs {
+         auto [v, i] = in[0].topk(a.at("k"), arg(a, "axis", -1), arg(a, "largest", true));
+         return {v, i};
+       }},
+      {"argsort", [](Ins& in, const json& a) -> Outs {
+         return {in[0].argsort(arg(a, "axis", -1), arg(a, "descending", false))};
+       }},
+      {"sort", [](Ins& in, const json& a) -> Outs {
+         auto [v, i] = in[0].sort(arg(a, "axis", -1), arg(a, "descending", false));
+         return {v, i};
+       }},
+      {"cast", [](Ins& in, const json& a) -> Outs { return {in[0].cast(parse_dtype(a.at("dtype").get<std::string>()))}; }},
+  };
+  return table;
+}
+
+GraphTensor apply_view(const GraphTensor& x, const json& v) {
+  if (v.is_null()) return x;
+  std::string kind = v.at("kind");
+  if (kind == "transpose") return x.transpose(v.at("dims")[0], v.at("dims")[1]);
+  if (kind == "permute") return x.permute(ints(v.at("dims")));
+  if (kind == "slice") {
+    std::optional<int64_t> end;
+    if (v.contains("end") && !v["end"].is_null()) end = v["end"].get<int64_t>();
+    return x.slice(v.at("axis"), arg<int64_t>(v, "start", 0), end, arg<int64_t>(v, "step", 1));
+  }
+  if (kind == "expand") return x.expand(to_shape(v.at("shape")));
+  if (kind == "flip") return x.flip(ints(v.at("dims")));
+  fail("unknown view kind '", kind, "'");
+}
+
+// Run one case; returns its outputs by name, in order.
+std::vector<std::pair<std::string, HostTensor>> run_case(const json& c, const SafetensorsFile& inputs) {
+  const std::string id = c.at("id");
+  const std::string op = c.at("op");
+  auto it = registry().find(op);
+  LUMINAL_CHECK(it != registry().end(), "unknown op '", op, "'");
+  Graph cx;
+  DimMap dims;
+  if (c.contains("dims"))
+    for (auto& [k, v] : c["dims"].items()) {
+      dims[k] = v.get<int64_t>();
+      cx.set_dim(k, v.get<int64_t>());
+    }
+  std::vector<std::pair<GraphTensor, std::string>> sources;
+  Ins ins;
+  for (const auto& in : c.at("inputs")) {
+    std::string name = id + ".in." + in.at("name").get<std::string>();
+    GraphTensor x = cx.named_tensor(name, to_shape(in.at("shape")), parse_dtype(in.at("dtype").get<std::string>()));
+    sources.emplace_back(x, name);
+    ins.push_back(apply_view(x, in.contains("view") ? in["view"] : json()));
+  }
+  json args = c.contains("args") ? c["args"] : json::object();
+  Outs outs = it->second(ins, args);
+  std::vector<GraphTensor> marked;
+  for (const auto& o : outs) marked.push_back(o.output());
+  auto rt = cx.compile(ReferenceRuntime{}, CompileOptions{});
+  for (auto& [x, name] : sources) rt.set_data(x, inputs.read(name));
+  rt.execute(dims);
+  std::vector<std::pair<std::string, HostTensor>> result;
+  for (size_t k = 0; k < marked.size(); ++k) {
+    HostTensor h = rt.get_tensor(marked[k].id());
+    h.shape.clear();
+    for (const auto& d : marked[k].shape()) h.shape.push_back(d.eval(dims));
+    result.emplace_back(id + "." + std::to_string(k), std::move(h));
+  }
+  return result;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 4) {
+    std::cerr << "usage: luminal_op_runner cases.json inputs.safetensors outputs.safetensors\n";
+    return 2;
+  }
+  json cases;
+  {
+    std::ifstream f(argv[1]);
+    if (!f) {
+      std::cerr << "cannot open " << argv[1] << "\n";
+      return 2;
+    }
+    f >> cases;
+  }
+  SafetensorsFile inputs = SafetensorsFile::open(argv[2]);
+  std::map<std::string, HostTensor> outputs;
+  int ok = 0, failed = 0;
+  for (const auto& c : cases) {
+    std::string id = c.value("id", std::string("?"));
+    std::cout << json{{"start", id}}.dump() << std::endl;  // flushed: survives an abort
+    try {
+      json shapes = json::array();
+      for (auto& [k, v] : run_case(c, inputs)) {
+        shapes.push_back(v.shape);  // safetensors cannot tell a 0-dim tensor from shape [1]
+        outputs[k] = std::move(v);
+      }
+      std::cout << json{{"id", id}, {"shapes", shapes}}.dump() << std::endl;
+      ++ok;
+    } catch (const Error& e) {
+      ++failed;
+      std::cout << json{{"id", id}, {"error", e.what()}}.dump() << std::endl;
+    } catch (const std::exception& e) {
+      ++failed;
+      std::cout << json{{"id", id}, {"error", std::string("non-luminal exception: ") + e.what()}}.dump()
+                << std::endl;
+    }
+  }
+  write_safetensors(argv[3], outputs);
+  std::cerr << "luminal_op_runner: " << ok << " cases ran, " << failed << " raised\n";
+  return 0;
+}

@@ -1,0 +1,76 @@
+// Small real architectures for search tests: an MLP, an attention block and a
+// transformer block, with deterministic random weights.
+#pragma once
+
+#include <map>
+#include <random>
+#include <string>
+
+#include "luminal/luminal.hpp"
+
+namespace luminal::testing {
+
+struct TestModel {
+  Graph cx;
+  std::vector<GraphTensor> inputs;  // all inputs, weights included
+  std::vector<GraphTensor> outputs;
+};
+
+inline GraphTensor weight(TestModel& m, const std::string& name, Shape shape) {
+  auto w = m.cx.named_tensor(name, shape).persist();
+  m.inputs.push_back(w);
+  return w;
+}
+
+inline void build_mlp(TestModel& m, int layers = 2) {
+  auto x = m.cx.named_tensor("x", {4, 16});
+  m.inputs.push_back(x);
+  GraphTensor h = x;
+  for (int l = 0; l < layers; ++l) {
+    auto w = weight(m, "mlp." + std::to_string(l) + ".w", {16, 16});
+    auto b = weight(m, "mlp." + std::to_string(l) + ".b", {16});
+    h = h.linear(w, b).gelu_tanh() * 1.0 + 0.0;
+  }
+  m.outputs.push_back(h.output());
+}
+
+inline GraphTensor attention(TestModel& m, const GraphTensor& x, const std::string& p, int heads, int head_dim) {
+  Expression seq = x.dim(0);
+  int hidden = heads * head_dim;
+  auto q = x.linear(weight(m, p + ".q", {hidden, hidden})).reshape({seq, heads, head_dim}).transpose(0, 1);
+  auto k = x.linear(weight(m, p + ".k", {hidden, hidden})).reshape({seq, heads, head_dim}).transpose(0, 1);
+  auto v = x.linear(weight(m, p + ".v", {hidden, hidden})).reshape({seq, heads, head_dim}).transpose(0, 1);
+  auto scores = q.matmul(k.t()) * (1.0 / std::sqrt(double(head_dim)));
+  auto mask = m.cx.constant(1.0).expand({seq, seq}).tril();
+  scores = GraphTensor::where(mask.cast(DType::Bool), scores, m.cx.constant(-1e9));
+  auto out = scores.softmax(-1).matmul(v).transpose(0, 1).reshape({seq, hidden});
+  return out.linear(weight(m, p + ".o", {hidden, hidden}));
+}
+
+inline void build_attention(TestModel& m) {
+  auto x = m.cx.named_tensor("x", {5, 16});
+  m.inputs.push_back(x);
+  m.outputs.push_back(attention(m, x, "attn", 2, 8).output());
+}
+
+inline void build_transformer_block(TestModel& m) {
+  auto x = m.cx.named_tensor("x", {5, 16});
+  m.inputs.push_back(x);
+  auto h = x + attention(m, x.rms_norm(1, weight(m, "ln1", {16})), "attn", 2, 8);
+  auto n = h.rms_norm(1, weight(m, "ln2", {16}));
+  auto mlp = (n.linear(weight(m, "gate", {32, 16})).silu() * n.linear(weight(m, "up", {32, 16})))
+                 .linear(weight(m, "down", {16, 32}));
+  m.outputs.push_back((h + mlp).output());
+}
+
+inline void fill_random(Runtime& rt, TestModel& m, uint32_t seed = 1) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.f, 0.5f);
+  for (auto& t : m.inputs) {
+    std::vector<float> v(static_cast<size_t>(t.numel().eval(m.cx.dim_map())));
+    for (auto& f : v) f = dist(rng);
+    rt.set_data(t, v);
+  }
+}
+
+}  // namespace luminal::testing
