@@ -115,6 +115,7 @@ struct GenerateCliOptions {
   uint64_t seed = 0;
   bool chat = false;
   int64_t max_seq = 0;
+  bool verbose = false;
 };
 
 // Text of the generated ids, minus a trailing incomplete UTF-8 sequence (shown as U+FFFD
@@ -137,16 +138,15 @@ void run_generate(const GenerateCliOptions& o) {
     prompt = tok.encode(o.prompt, /*add_special_tokens=*/true);
   }
   if (prompt.empty()) luminal::fail("generate: the prompt encodes to no tokens");
+  auto t0 = std::chrono::steady_clock::now();
   ModelOptions mo;
   mo.max_seq_len = o.max_seq;
-  CausalLM model = CausalLM::from_pretrained(o.model, mo);
-  if (mo.max_seq_len == 0)  // keep the cache small: enough for this prompt and its generation
-    model = CausalLM::from_pretrained(
-        o.model, ModelOptions{std::min<int64_t>(model.max_seq_len(),
-                                                static_cast<int64_t>(prompt.size()) + std::max<int64_t>(o.max_tokens, 1)),
-                              false});
-  auto t0 = std::chrono::steady_clock::now();
-  Generator gen = Generator::compile(std::move(model), luminal::ReferenceRuntime{}, luminal::CompileOptions{});
+  if (mo.max_seq_len == 0) {  // keep the cache small: enough for this prompt and its generation
+    const int64_t need = static_cast<int64_t>(prompt.size()) + std::max<int64_t>(o.max_tokens, 1);
+    mo.max_seq_len = std::min<int64_t>(load_config(o.model).max_position_embeddings, need);
+  }
+  Generator gen = Generator::compile(CausalLM::from_pretrained(o.model, mo), luminal::ReferenceRuntime{},
+                                     luminal::CompileOptions{}.verbose(o.verbose));
   double setup = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
   GenerateOptions go;
@@ -200,6 +200,7 @@ void add_generate(CLI::App& app) {
   sub->add_option("--seed", opts->seed, "sampling seed")->capture_default_str();
   sub->add_flag("--chat", opts->chat, "wrap the prompt in the tokenizer's chat template");
   sub->add_option("--max-seq", opts->max_seq, "KV-cache length (default: prompt + max tokens)");
+  sub->add_flag("--verbose,-v", opts->verbose, "print the compiler's report on stderr");
   sub->callback([opts] { run_generate(*opts); });
 }
 
@@ -231,7 +232,7 @@ void run_debug_logits(const DebugLogitsOptions& o) {
   mo.max_seq_len = o.max_seq > 0 ? o.max_seq : static_cast<int64_t>(ids.size()) + o.steps + 1;
   auto t0 = std::chrono::steady_clock::now();
   Generator gen = Generator::compile(CausalLM::from_pretrained(o.model, mo), luminal::ReferenceRuntime{},
-                                     luminal::CompileOptions{});
+                                     luminal::CompileOptions{}.verbose(o.verbose));
   const double load = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const int64_t vocab = gen.model().config().vocab_size;
   auto rows = [&](const std::vector<float>& flat) {

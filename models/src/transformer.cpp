@@ -279,6 +279,9 @@ CausalLM CausalLM::build(const TransformerConfig& config, const ModelOptions& op
   LUMINAL_CHECK(m.max_seq_ > 0, "max_seq_len must be positive");
 
   const nn::SeqDims dims;
+  // Representative values for the compiler's search (execute passes the real ones).
+  g.set_dim("s", 1);
+  g.set_dim("p", 0);
   m.input_ids_ = g.named_tensor("input_ids", {dims.seq}, DType::I32);
   nn::Embedding embed(g, "model.embed_tokens", c.vocab_size, c.hidden_size);
   GraphTensor x = embed(m.input_ids_);
