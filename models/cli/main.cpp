@@ -210,6 +210,7 @@ struct DebugLogitsOptions {
   std::string ids;
   int64_t steps = 10;
   int64_t max_seq = 0;
+  bool verbose = false;
 };
 
 void run_debug_logits(const DebugLogitsOptions& o) {
@@ -273,6 +274,7 @@ void add_debug_logits(CLI::App& app) {
   sub->add_option("--ids", opts->ids, "comma-separated prompt token ids")->required();
   sub->add_option("--steps", opts->steps, "greedy decode steps after the prefill");
   sub->add_option("--max-seq", opts->max_seq, "KV-cache length (default: ids + steps + 1)");
+  sub->add_flag("--verbose,-v", opts->verbose, "print the compiler's report on stderr");
   sub->callback([opts] { run_debug_logits(*opts); });
 }
 
