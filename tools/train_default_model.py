@@ -99,6 +99,7 @@ def main() -> None:
     ap.add_argument("--lr", type=float, default=3e-3)
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--device", default="cpu", help="cpu (default) or cuda")
     args = ap.parse_args()
 
     torch.set_num_threads(args.threads)
@@ -155,7 +156,7 @@ def main() -> None:
         eos_token_id=eos_id,
         torch_dtype="float32",
     )
-    model = LlamaForCausalLM(config)
+    model = LlamaForCausalLM(config).to(args.device)
     n_params = sum(p.numel() for p in model.parameters())
     print(f"model: {n_params} parameters", flush=True)
 
@@ -170,11 +171,11 @@ def main() -> None:
 
     def batch(data: torch.Tensor, bs: int, g: torch.Generator) -> torch.Tensor:
         starts = torch.randint(0, len(data) - args.seq - 1, (bs,), generator=g)
-        return torch.stack([data[s:s + args.seq] for s in starts.tolist()])
+        return torch.stack([data[s:s + args.seq] for s in starts.tolist()]).to(args.device)
 
     # Fixed validation chunks (non-overlapping windows over the val stream).
     n_val_chunks = max(1, min(64, (len(val_ids) - 1) // args.seq))
-    val_batch = torch.stack([val_ids[i * args.seq:(i + 1) * args.seq] for i in range(n_val_chunks)])
+    val_batch = torch.stack([val_ids[i * args.seq:(i + 1) * args.seq] for i in range(n_val_chunks)]).to(args.device)
 
     @torch.no_grad()
     def eval_loss(x: torch.Tensor) -> float:
@@ -233,7 +234,7 @@ def main() -> None:
 
     # ---- save -----------------------------------------------------------------------
     model.eval()
-    model.save_pretrained(out, safe_serialization=True)
+    model.to("cpu").save_pretrained(out, safe_serialization=True)
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token=BOS, eos_token=EOS)
     fast.model_max_length = 512
     fast.save_pretrained(out)
@@ -256,7 +257,8 @@ def main() -> None:
         "steps": step, "train_time_s": round(train_time, 1),
         "total_time_s": round(time.time() - t_start, 1),
         "final_train_loss": round(final_train, 4), "final_val_loss": round(final_val, 4),
-        "torch": torch.__version__,
+        "torch": torch.__version__, "transformers": __import__("transformers").__version__,
+        "device": torch.cuda.get_device_name() if args.device.startswith("cuda") else "cpu",
         "log": log,
     }
     (out / "training_log.json").write_text(json.dumps(info, indent=2) + "\n")

@@ -170,7 +170,7 @@ EXTRA_TEXTS = {
     "qwen2": ["<|im_start|>system\nYou are helpful.<|im_end|>\n<|im_start|>user\nhé<|im_end|>\n",
               "call <tool_call>{\"name\": \"f\"}</tool_call> done"],
     "gpt2_prefix": ["hello <mask> world", "a   <mask>b", "[SEP]   after [SEP]\n\nx", "sword word words word. word",
-                    "12345 67 8"],
+                    "12345 67 8", "½word ²word word\u200d word_ wordé (word)"],
 }
 
 
@@ -251,6 +251,26 @@ def test_round_trip(luminal_bin, tokenizer_files, name):
         if name == "gpt2_prefix":  # add_prefix_space inserts spaces that decoding keeps
             continue
         assert b == t
+
+
+FUZZ_POOL = list("abcXYZ  \t\n\r\x0b\x0c\x85\xa0\u2028\u3000\u200b'sStTdDmM0123456789٣½.,!?-_()[]{}<>|/\\\"#@$%^&*~`") + \
+    list("éÉàñüßøÅ\u0301\u0308ſK中文日本語한국어🎉👍🏽\u200d❤️🇫🇷Привет") + \
+    ["<|begin_of_text|>", "<|end_of_text|>", "<|im_start|>", "<|endoftext|>", "<mask>", "[SEP]", "word", " word ",
+     "<|eot_id|>", "<tool_call>", "'ll", "'RE", "  \n", "1234"]
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_random_strings_match(luminal_bin, tokenizer_files, name):
+    """Seeded fuzzing: random mixtures of tricky characters and token fragments."""
+    if name not in tokenizer_files:
+        pytest.skip("models/default/tokenizer.json not present")
+    path, _ = tokenizer_files[name]
+    hf = Tokenizer.from_file(str(path))
+    rng = random.Random(1234)
+    texts = ["".join(rng.choice(FUZZ_POOL) for _ in range(rng.randint(0, 40))) for _ in range(1500)]
+    got = run_cli(luminal_bin, path, texts)
+    bad = [(t, g, hf.encode(t).ids) for t, g in zip(texts, got) if g != hf.encode(t).ids]
+    assert not bad, f"{len(bad)} mismatches, first: {bad[0]}"
 
 
 def test_plain_stdin_mode(luminal_bin, tokenizer_files):
