@@ -4,6 +4,9 @@
 
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -38,7 +41,9 @@ inline nlohmann::json tiny_llama_config() {
 
 // A fresh directory under the test temp dir.
 inline std::filesystem::path temp_model_dir(const std::string& name) {
-  auto dir = std::filesystem::path(::testing::TempDir()) / ("luminal_models_" + name);
+  // The pid keeps concurrent runs (release and asan ctest) apart.
+  auto dir = std::filesystem::path(::testing::TempDir()) /
+             ("luminal_models_" + std::to_string(::getpid()) + "_" + name);
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   return dir;
