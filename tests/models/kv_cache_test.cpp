@@ -293,3 +293,45 @@ TEST(NN, AttentionSoftcapAndGroups) {
     }
   }
 }
+
+TEST(NN, ModulesUseHuggingFaceNamesAndShapes) {
+  Graph g;
+  nn::Linear lin(g, "blk.proj", 3, 2, /*with_bias=*/true);
+  nn::LayerNorm ln(g, "blk.ln", 2, 1e-5);
+  nn::RMSNorm gemma_norm(g, "blk.norm", 2, 1e-6, /*unit_offset=*/true);
+  nn::MLP mlp(g, "blk.fc1", "blk.fc2", 2, 4, nn::Activation::GeluTanh);
+  auto x = g.tensor({1, 3});
+  auto y = lin(x);
+  auto a = ln(y).output();
+  auto b = gemma_norm(y).output();
+  auto c = mlp(y).output();
+  EXPECT_NE(g.find_input("blk.proj.weight"), kNoNode);
+  EXPECT_NE(g.find_input("blk.proj.bias"), kNoNode);
+  EXPECT_EQ(to_string(g.node(g.find_input("blk.proj.weight")).shape), to_string(Shape{2, 3}));
+  EXPECT_EQ(to_string(g.node(g.find_input("blk.fc1.weight")).shape), to_string(Shape{4, 2}));
+  EXPECT_NE(g.find_input("blk.fc2.bias"), kNoNode);
+  EXPECT_TRUE(g.node(g.find_input("blk.ln.weight")).persist);
+  auto rt = g.compile(ReferenceRuntime{}, CompileOptions{});
+  rt.set_data(x, {1.f, 2.f, 3.f});
+  rt.set_data(lin.weight, {1.f, 0.f, 0.f, 0.f, 1.f, 1.f});
+  rt.set_data(*lin.bias, {0.5f, -0.5f});
+  rt.set_data(ln.weight, {2.f, 1.f});
+  rt.set_data(*ln.bias, {0.f, 1.f});
+  rt.set_data(gemma_norm.weight, {0.f, 1.f});
+  for (auto* l : {&mlp.fc1, &mlp.fc2}) {
+    auto n = g.node(l->weight.id()).shape[0].constant_value() * g.node(l->weight.id()).shape[1].constant_value();
+    rt.set_data(l->weight, std::vector<float>(static_cast<size_t>(n), 0.1f));
+    rt.set_data(*l->bias, std::vector<float>(g.node(l->bias->id()).shape[0].constant_value(), 0.f));
+  }
+  rt.execute({});
+  // y = (1.5, 4.5): LayerNorm -> (-1, 1) * (2, 1) + (0, 1); Gemma RMSNorm scales by (1 + w).
+  std::vector<float> la = rt.get_f32(a), lb = rt.get_f32(b), lc = rt.get_f32(c);
+  EXPECT_NEAR(la[0], -2.0, 1e-4);
+  EXPECT_NEAR(la[1], 2.0, 1e-4);
+  const double rms = std::sqrt((1.5 * 1.5 + 4.5 * 4.5) / 2 + 1e-6);
+  EXPECT_NEAR(lb[0], 1.5 / rms * 1.0, 1e-6);
+  EXPECT_NEAR(lb[1], 4.5 / rms * 2.0, 1e-6);
+  const double h = 0.1 * (1.5 + 4.5);
+  const double gelu = 0.5 * h * (1 + std::tanh(std::sqrt(2 / M_PI) * (h + 0.044715 * h * h * h)));
+  EXPECT_NEAR(lc[0], 4 * 0.1 * gelu, 1e-6);
+}
