@@ -189,6 +189,24 @@ def test_gemma3_no_softcap_pattern(luminal, tmp_path):
     compare(luminal, d)
 
 
+def test_gemma3_conditional_generation_text(luminal, tmp_path):
+    """Gemma3ForConditionalGeneration (the 4B+ checkpoints): its text model, vision tower ignored."""
+    vision = dict(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
+                  image_size=28, patch_size=14)
+    cfg = transformers.Gemma3Config(text_config=gemma3_config().to_dict(), vision_config=vision,
+                                    mm_tokens_per_image=4, image_token_index=250, boi_token_index=251,
+                                    eoi_token_index=252)
+    d = save_model(transformers.Gemma3ForConditionalGeneration, cfg, tmp_path / "gemma3_mm", unit_norms=False)
+    compare(luminal, d)
+    # The other naming of the text weights: "model.language_model.*" instead of "language_model.model.*".
+    from safetensors.torch import load_file, save_file
+    tensors = load_file(d / "model.safetensors")
+    renamed = {k.replace("language_model.model.", "model.language_model.", 1): v for k, v in tensors.items()}
+    assert renamed.keys() != tensors.keys()
+    save_file(renamed, d / "model.safetensors", metadata={"format": "pt"})
+    compare(luminal, d)
+
+
 def test_llama_sharded_bf16(luminal, tmp_path):
     """Several shards with model.safetensors.index.json, bf16 storage (computed in F32)."""
     torch.manual_seed(1)
