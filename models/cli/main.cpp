@@ -129,6 +129,7 @@ std::string stable_text(const luminal::models::Tokenizer& tok, const std::vector
 
 void run_generate(const GenerateCliOptions& o) {
   using namespace luminal::models;
+  const TransformerConfig config = load_config(o.model);  // a bad directory is reported first
   const auto tok = Tokenizer::from_file(o.model);
   // Several --prompt options run one after the other on the same compiled model.
   std::vector<std::vector<int32_t>> prompts;
@@ -147,7 +148,7 @@ void run_generate(const GenerateCliOptions& o) {
   mo.max_seq_len = o.max_seq;
   if (mo.max_seq_len == 0) {  // keep the cache small: enough for the prompts and their generation
     const int64_t need = longest + std::max<int64_t>(o.max_tokens, 1);
-    mo.max_seq_len = std::min<int64_t>(load_config(o.model).max_position_embeddings, need);
+    mo.max_seq_len = std::min<int64_t>(config.max_position_embeddings, need);
   }
   Generator gen = Generator::compile(CausalLM::from_pretrained(o.model, mo), luminal::ReferenceRuntime{},
                                      luminal::CompileOptions{}.verbose(o.verbose));
@@ -200,7 +201,9 @@ void add_generate(CLI::App& app) {
                   "model directory (config.json, *.safetensors, tokenizer.json); default: the shipped model")
       ->capture_default_str();
   sub->add_option("--prompt,-p", opts->prompts, "prompt text (repeat to run several prompts on one compiled model)")
-      ->required();
+      ->required()
+      ->expected(1)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   sub->add_option("--max-tokens,-n", opts->max_tokens, "maximum new tokens")->capture_default_str();
   sub->add_option("--temperature,-t", opts->temperature, "sampling temperature (0: greedy)")->capture_default_str();
   sub->add_option("--top-k", opts->top_k, "keep the k most likely tokens (0: all)")->capture_default_str();
