@@ -242,7 +242,7 @@ DEFAULT_MODEL = REPO_ROOT / "models" / "default"
 
 @pytest.mark.skipif(not (DEFAULT_MODEL / "model.safetensors").exists(), reason="no shipped default model")
 def test_default_model_parity(luminal):
-    compare(luminal, DEFAULT_MODEL, ids=[1, 40, 41, 42, 43], steps=10)
+    compare(luminal, DEFAULT_MODEL, ids=[0, 40, 41, 42, 43], steps=10)
 
 
 @pytest.mark.skipif(not (DEFAULT_MODEL / "tokenizer.json").exists(), reason="no shipped default model")
