@@ -107,7 +107,7 @@ void add_tokenize(CLI::App& app) {
 // ---- luminal generate -----------------------------------------------------------------
 struct GenerateCliOptions {
   std::string model = luminal::models::default_model_dir();
-  std::string prompt;
+  std::vector<std::string> prompts;
   int64_t max_tokens = 48;
   double temperature = 0;
   int64_t top_k = 0;
@@ -115,6 +115,7 @@ struct GenerateCliOptions {
   uint64_t seed = 0;
   bool chat = false;
   int64_t max_seq = 0;
+  bool verbose = false;
 };
 
 // Text of the generated ids, minus a trailing incomplete UTF-8 sequence (shown as U+FFFD
@@ -128,62 +129,69 @@ std::string stable_text(const luminal::models::Tokenizer& tok, const std::vector
 
 void run_generate(const GenerateCliOptions& o) {
   using namespace luminal::models;
+  const TransformerConfig config = load_config(o.model);  // a bad directory is reported first
   const auto tok = Tokenizer::from_file(o.model);
-  std::vector<int32_t> prompt;
-  if (o.chat) {
-    prompt = tok.encode(tok.apply_chat_template({{"user", o.prompt}}, /*add_generation_prompt=*/true),
-                        /*add_special_tokens=*/false);
-  } else {
-    prompt = tok.encode(o.prompt, /*add_special_tokens=*/true);
+  // Several --prompt options run one after the other on the same compiled model.
+  std::vector<std::vector<int32_t>> prompts;
+  int64_t longest = 0;
+  for (const auto& text : o.prompts) {
+    std::vector<int32_t> ids =
+        o.chat ? tok.encode(tok.apply_chat_template({{"user", text}}, /*add_generation_prompt=*/true),
+                            /*add_special_tokens=*/false)
+               : tok.encode(text, /*add_special_tokens=*/true);
+    if (ids.empty()) luminal::fail("generate: the prompt '", text, "' encodes to no tokens");
+    longest = std::max<int64_t>(longest, static_cast<int64_t>(ids.size()));
+    prompts.push_back(std::move(ids));
   }
-  if (prompt.empty()) luminal::fail("generate: the prompt encodes to no tokens");
+  auto t0 = std::chrono::steady_clock::now();
   ModelOptions mo;
   mo.max_seq_len = o.max_seq;
-  CausalLM model = CausalLM::from_pretrained(o.model, mo);
-  if (mo.max_seq_len == 0)  // keep the cache small: enough for this prompt and its generation
-    model = CausalLM::from_pretrained(
-        o.model, ModelOptions{std::min<int64_t>(model.max_seq_len(),
-                                                static_cast<int64_t>(prompt.size()) + std::max<int64_t>(o.max_tokens, 1)),
-                              false});
-  auto t0 = std::chrono::steady_clock::now();
-  Generator gen = Generator::compile(std::move(model), luminal::ReferenceRuntime{}, luminal::CompileOptions{});
+  if (mo.max_seq_len == 0) {  // keep the cache small: enough for the prompts and their generation
+    const int64_t need = longest + std::max<int64_t>(o.max_tokens, 1);
+    mo.max_seq_len = std::min<int64_t>(config.max_position_embeddings, need);
+  }
+  Generator gen = Generator::compile(CausalLM::from_pretrained(o.model, mo), luminal::ReferenceRuntime{},
+                                     luminal::CompileOptions{}.verbose(o.verbose));
   double setup = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
-  GenerateOptions go;
-  go.max_new_tokens = o.max_tokens;
-  go.sampling = {o.temperature, o.top_k, o.top_p, o.seed};
-  std::vector<int32_t> out;
-  size_t printed = 0;
-  if (!o.chat) {
-    std::cout << o.prompt;
-    std::cout.flush();
-  }
-  go.on_token = [&](int32_t id) {
-    out.push_back(id);
-    std::string text = stable_text(tok, out);
-    if (text.size() > printed) {
-      std::cout << text.substr(printed);
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    GenerateOptions go;
+    go.max_new_tokens = o.max_tokens;
+    go.sampling = {o.temperature, o.top_k, o.top_p, o.seed};
+    std::vector<int32_t> out;
+    size_t printed = 0;
+    if (i > 0) std::cout << "---\n";
+    if (!o.chat) {
+      std::cout << o.prompts[i];
       std::cout.flush();
-      printed = text.size();
     }
-    return true;
-  };
-  GenerateResult r = gen.generate(prompt, go);
-  std::string text = tok.decode(out, true);
-  if (text.size() > printed) std::cout << text.substr(printed);
-  std::cout << "\n\n";
-  std::ostringstream stats;
-  stats.setf(std::ios::fixed);
-  stats.precision(1);
-  stats << "prompt tokens: " << prompt.size() << ", generated: " << r.tokens.size() << " (" << r.stop_reason
-        << ")\n";
-  stats << "TTFT: " << r.ttft_seconds * 1e3 << " ms\n";
-  stats << "TPOT: " << r.tpot_seconds * 1e3 << " ms\n";
-  stats.precision(2);
-  stats << "tokens/s: " << r.decode_tokens_per_second << "\n";
-  stats.precision(1);
-  stats << "load+compile: " << setup * 1e3 << " ms (reference runtime)\n";
-  std::cout << stats.str();
+    go.on_token = [&](int32_t id) {
+      out.push_back(id);
+      std::string text = stable_text(tok, out);
+      if (text.size() > printed) {
+        std::cout << text.substr(printed);
+        std::cout.flush();
+        printed = text.size();
+      }
+      return true;
+    };
+    GenerateResult r = gen.generate(prompts[i], go);
+    std::string text = tok.decode(out, true);
+    if (text.size() > printed) std::cout << text.substr(printed);
+    std::cout << "\n\n";
+    std::ostringstream stats;
+    stats.setf(std::ios::fixed);
+    stats.precision(1);
+    stats << "prompt tokens: " << prompts[i].size() << ", generated: " << r.tokens.size() << " ("
+          << r.stop_reason << ")\n";
+    stats << "TTFT: " << r.ttft_seconds * 1e3 << " ms\n";
+    stats << "TPOT: " << r.tpot_seconds * 1e3 << " ms\n";
+    stats.precision(2);
+    stats << "tokens/s: " << r.decode_tokens_per_second << "\n";
+    stats.precision(1);
+    if (i == 0) stats << "load+compile: " << setup * 1e3 << " ms (reference runtime)\n";
+    std::cout << stats.str();
+  }
 }
 
 void add_generate(CLI::App& app) {
@@ -192,7 +200,10 @@ void add_generate(CLI::App& app) {
   sub->add_option("--model,-m", opts->model,
                   "model directory (config.json, *.safetensors, tokenizer.json); default: the shipped model")
       ->capture_default_str();
-  sub->add_option("--prompt,-p", opts->prompt, "prompt text")->required();
+  sub->add_option("--prompt,-p", opts->prompts, "prompt text (repeat to run several prompts on one compiled model)")
+      ->required()
+      ->expected(1)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   sub->add_option("--max-tokens,-n", opts->max_tokens, "maximum new tokens")->capture_default_str();
   sub->add_option("--temperature,-t", opts->temperature, "sampling temperature (0: greedy)")->capture_default_str();
   sub->add_option("--top-k", opts->top_k, "keep the k most likely tokens (0: all)")->capture_default_str();
@@ -200,6 +211,7 @@ void add_generate(CLI::App& app) {
   sub->add_option("--seed", opts->seed, "sampling seed")->capture_default_str();
   sub->add_flag("--chat", opts->chat, "wrap the prompt in the tokenizer's chat template");
   sub->add_option("--max-seq", opts->max_seq, "KV-cache length (default: prompt + max tokens)");
+  sub->add_flag("--verbose,-v", opts->verbose, "print the compiler's report on stderr");
   sub->callback([opts] { run_generate(*opts); });
 }
 
@@ -209,6 +221,7 @@ struct DebugLogitsOptions {
   std::string ids;
   int64_t steps = 10;
   int64_t max_seq = 0;
+  bool verbose = false;
 };
 
 void run_debug_logits(const DebugLogitsOptions& o) {
@@ -231,7 +244,7 @@ void run_debug_logits(const DebugLogitsOptions& o) {
   mo.max_seq_len = o.max_seq > 0 ? o.max_seq : static_cast<int64_t>(ids.size()) + o.steps + 1;
   auto t0 = std::chrono::steady_clock::now();
   Generator gen = Generator::compile(CausalLM::from_pretrained(o.model, mo), luminal::ReferenceRuntime{},
-                                     luminal::CompileOptions{});
+                                     luminal::CompileOptions{}.verbose(o.verbose));
   const double load = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const int64_t vocab = gen.model().config().vocab_size;
   auto rows = [&](const std::vector<float>& flat) {
@@ -272,6 +285,7 @@ void add_debug_logits(CLI::App& app) {
   sub->add_option("--ids", opts->ids, "comma-separated prompt token ids")->required();
   sub->add_option("--steps", opts->steps, "greedy decode steps after the prefill");
   sub->add_option("--max-seq", opts->max_seq, "KV-cache length (default: ids + steps + 1)");
+  sub->add_flag("--verbose,-v", opts->verbose, "print the compiler's report on stderr");
   sub->callback([opts] { run_debug_logits(*opts); });
 }
 

@@ -30,7 +30,11 @@ TransformerConfig parse_gemma3_config(const nlohmann::json& j) {
   const double qpas = r.number_or("query_pre_attn_scalar", 256);
   LUMINAL_CHECK(qpas > 0, "config.json: query_pre_attn_scalar must be positive, got ", qpas);
   c.attention_scale = std::pow(qpas, -0.5);
-  c.attn_logit_softcapping = r.optional_number("attn_logit_softcapping");
+  // attn_logit_softcapping is read but not applied: transformers' Gemma3Attention never
+  // passes it to the attention function (Gemma 3 replaced Gemma 2's soft-capping with
+  // QK-norm), and parity with transformers is the contract. nn::AttentionOptions::softcap
+  // implements it for families that use it.
+  (void)r.optional_number("attn_logit_softcapping");
   c.final_logit_softcapping = r.optional_number("final_logit_softcapping");
   c.sliding_window = r.optional_integer("sliding_window");
   if (!c.sliding_window) c.sliding_window = 4096;
@@ -72,6 +76,33 @@ TransformerConfig parse_gemma3_config(const nlohmann::json& j) {
     layer.sliding = (*types)[static_cast<size_t>(i)];
     layer.rope = layer.sliding ? local : global;
   }
+  return c;
+}
+
+TransformerConfig parse_gemma3_multimodal_config(const nlohmann::json& j) {
+  LUMINAL_CHECK(j.contains("text_config") && j["text_config"].is_object(),
+                "config.json: Gemma3ForConditionalGeneration needs a 'text_config' object");
+  // Gemma3TextConfig's defaults: hub configs of the multimodal models omit many fields.
+  nlohmann::json t = {{"vocab_size", 262208},        {"hidden_size", 2304},
+                      {"intermediate_size", 9216},   {"num_hidden_layers", 26},
+                      {"num_attention_heads", 8},    {"num_key_value_heads", 4},
+                      {"head_dim", 256},             {"max_position_embeddings", 131072},
+                      {"rms_norm_eps", 1e-6},        {"query_pre_attn_scalar", 256},
+                      {"sliding_window", 4096},      {"rope_theta", 1000000.0},
+                      {"rope_local_base_freq", 10000.0}, {"hidden_activation", "gelu_pytorch_tanh"}};
+  for (const auto& [key, value] : j["text_config"].items()) t[key] = value;
+  if (t.contains("rope_parameters") && t["rope_parameters"].is_object()) t.erase("rope_theta");
+  t["architectures"] = {"Gemma3ForConditionalGeneration"};
+  for (const char* key : {"eos_token_id", "bos_token_id"})
+    if (j.contains(key) && (!t.contains(key) || t[key].is_null())) t[key] = j[key];
+  // Embeddings are tied unless the top level says otherwise.
+  if (j.contains("tie_word_embeddings") && !j["tie_word_embeddings"].is_null())
+    t["tie_word_embeddings"] = j["tie_word_embeddings"];
+  TransformerConfig c = parse_gemma3_config(t);
+  c.weight_prefix = "model.language_model.";
+  // transformers' Gemma3ForConditionalGeneration applies no final logit soft-capping
+  // (its lm_head output is returned as is); match it.
+  c.final_logit_softcapping = std::nullopt;
   return c;
 }
 

@@ -70,7 +70,8 @@ std::vector<float> Generator::forward(const std::vector<int32_t>& ids) {
   const int64_t vocab = model_.config().vocab_size;
   for (int32_t id : ids)
     LUMINAL_CHECK(id >= 0 && id < vocab, "forward: token id ", id, " outside the vocabulary [0, ", vocab, ")");
-  runtime_->set_data(model_.input_ids(), ids);
+  // set_tensor, not set_data: the graph's dims hold the compiler's representative values.
+  runtime_->set_tensor(model_.input_ids().id(), HostTensor::from<int32_t>(ids, DType::I32, {s}));
   runtime_->execute({{"p", position_}, {"s", s}});
   position_ += s;
   return runtime_->get_f32(model_.logits());

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "luminal/error.hpp"
+#include "luminal/safetensors.hpp"
 #include "transformer_internal.hpp"
 
 namespace luminal::models {
@@ -207,9 +208,12 @@ TransformerConfig parse_config(const json& j) {
     if (arch == "LlamaForCausalLM" || (arch.empty() && model_type == "llama")) c = parse_llama_config(j);
     else if (arch == "Qwen3ForCausalLM" || (arch.empty() && model_type == "qwen3")) c = parse_qwen3_config(j);
     else if (arch == "Gemma3ForCausalLM" || (arch.empty() && model_type == "gemma3_text")) c = parse_gemma3_config(j);
+    else if (arch == "Gemma3ForConditionalGeneration" || (arch.empty() && model_type == "gemma3"))
+      c = parse_gemma3_multimodal_config(j);
     else
       fail("config.json: unsupported architecture '", arch.empty() ? model_type : arch,
-           "' (supported: LlamaForCausalLM, Qwen3ForCausalLM, Gemma3ForCausalLM)");
+           "' (supported: LlamaForCausalLM, Qwen3ForCausalLM, Gemma3ForCausalLM, Gemma3ForConditionalGeneration "
+           "(text only))");
     if (c.architecture.empty()) c.architecture = arch.empty() ? model_type : arch;
     return c;
   } catch (const json::exception& e) {
@@ -260,8 +264,38 @@ std::vector<std::string> find_weight_files(const std::string& dir) {
   return files;
 }
 
+namespace {
+// Tensor names of a model directory (the index's weight_map, else the files' headers).
+std::vector<std::string> weight_names_in(const std::string& dir) {
+  std::vector<std::string> names;
+  const fs::path index = fs::path(dir) / "model.safetensors.index.json";
+  if (fs::exists(index)) {
+    json j = read_json(index, "model.safetensors.index.json");
+    if (j.is_object() && j.contains("weight_map") && j["weight_map"].is_object())
+      for (const auto& [name, file] : j["weight_map"].items()) names.push_back(name);
+    return names;
+  }
+  for (const auto& f : find_weight_files(dir)) {
+    const SafetensorsFile file = SafetensorsFile::open(f);
+    for (const auto& [name, entry] : file.entries()) names.push_back(name);
+  }
+  return names;
+}
+}  // namespace
+
 CausalLM CausalLM::from_pretrained(const std::string& dir, const ModelOptions& options) {
-  CausalLM m = build(load_config(dir), options);
+  TransformerConfig config = load_config(dir);
+  if (config.architecture == "Gemma3ForConditionalGeneration") {
+    // The text model's weights are "model.language_model.*" (transformers >= 4.52) or
+    // "language_model.model.*" (earlier checkpoints); the vision tower is ignored.
+    for (const auto& name : weight_names_in(dir))
+      if (name.rfind("language_model.model.", 0) == 0) {
+        config.weight_prefix = "language_model.model.";
+        config.lm_head_name = "language_model.lm_head.weight";
+        break;
+      }
+  }
+  CausalLM m = build(config, options);
   m.dir_ = dir;
   return m;
 }
@@ -279,8 +313,11 @@ CausalLM CausalLM::build(const TransformerConfig& config, const ModelOptions& op
   LUMINAL_CHECK(m.max_seq_ > 0, "max_seq_len must be positive");
 
   const nn::SeqDims dims;
+  // Representative values for the compiler's search (execute passes the real ones).
+  g.set_dim("s", 1);
+  g.set_dim("p", 0);
   m.input_ids_ = g.named_tensor("input_ids", {dims.seq}, DType::I32);
-  nn::Embedding embed(g, "model.embed_tokens", c.vocab_size, c.hidden_size);
+  nn::Embedding embed(g, c.weight_prefix + "embed_tokens", c.vocab_size, c.hidden_size);
   GraphTensor x = embed(m.input_ids_);
   if (c.embedding_scale != 1.0) x = x * c.embedding_scale;
 
@@ -297,13 +334,14 @@ CausalLM CausalLM::build(const TransformerConfig& config, const ModelOptions& op
 
   for (int64_t i = 0; i < c.num_layers; ++i) {
     m.caches_.emplace_back(g, "cache.layers." + std::to_string(i), m.max_seq_, c.num_kv_heads, c.head_dim);
-    detail::BlockContext ctx{g, c, i, "model.layers." + std::to_string(i), dims,
+    detail::BlockContext ctx{g, c, i, c.weight_prefix + "layers." + std::to_string(i), dims,
                              rotary_for(c.layers[static_cast<size_t>(i)].rope), m.caches_.back()};
     x = c.family == Family::Gemma3 ? detail::gemma3_block(ctx, x) : detail::prenorm_block(ctx, x);
   }
-  x = nn::RMSNorm(g, "model.norm", c.hidden_size, c.rms_norm_eps, c.norm_unit_offset)(x);
+  x = nn::RMSNorm(g, c.weight_prefix + "norm", c.hidden_size, c.rms_norm_eps, c.norm_unit_offset)(x);
   if (!m.all_logits_) x = x.slice(0, dims.seq - 1, dims.seq);
-  GraphTensor head = c.tie_word_embeddings ? embed.weight : nn::parameter(g, "lm_head.weight", {c.vocab_size, c.hidden_size});
+  GraphTensor head =
+      c.tie_word_embeddings ? embed.weight : nn::parameter(g, c.lm_head_name, {c.vocab_size, c.hidden_size});
   GraphTensor logits = x.linear(head);
   if (c.final_logit_softcapping) logits = nn::softcap(logits, *c.final_logit_softcapping);
   m.logits_ = logits.output("logits");

@@ -7,7 +7,9 @@
 //   Gemma3ForCausalLM  (gemma3_text) (1+w) RMSNorm before and after attention and MLP,
 //                                    QK-norm, sqrt(hidden)-scaled embeddings, GeGLU,
 //                                    sliding-window/global layers with their own RoPE,
-//                                    query_pre_attn_scalar, logit soft-capping
+//                                    query_pre_attn_scalar, final logit soft-capping
+//                                    (attn_logit_softcapping is ignored, as transformers does)
+//   Gemma3ForConditionalGeneration (gemma3): its text model only (images unsupported)
 // Unsupported options raise luminal::Error naming the option.
 #pragma once
 
@@ -52,6 +54,10 @@ struct TransformerConfig {
   std::optional<double> attn_logit_softcapping, final_logit_softcapping;
   std::optional<int64_t> sliding_window;
   std::vector<LayerConfig> layers;
+  // Weight names: "<weight_prefix>embed_tokens.weight", "<weight_prefix>layers.<i>...",
+  // "<weight_prefix>norm.weight" and lm_head_name (when not tied).
+  std::string weight_prefix = "model.";
+  std::string lm_head_name = "lm_head.weight";
   std::optional<int32_t> bos_token_id;
   std::vector<int32_t> eos_token_ids;   // config.json and generation_config.json, merged
 };
@@ -67,6 +73,9 @@ TransformerConfig parse_config(const nlohmann::json& config);
 TransformerConfig parse_llama_config(const nlohmann::json& config);
 TransformerConfig parse_qwen3_config(const nlohmann::json& config);
 TransformerConfig parse_gemma3_config(const nlohmann::json& config);
+// Gemma3ForConditionalGeneration: the text model of "text_config" (missing fields take
+// Gemma3TextConfig's defaults); weights under "model.language_model.".
+TransformerConfig parse_gemma3_multimodal_config(const nlohmann::json& config);
 
 // The safetensors files of a model directory: the shards listed by
 // model.safetensors.index.json, else every *.safetensors file. Throws naming a missing
