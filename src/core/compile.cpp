@@ -193,7 +193,7 @@ void Graph::compile_into(Runtime& runtime, const CompileOptions& options) const 
   // 3. Load.
   t = clock_type::now();
   report.plans = static_cast<int64_t>(plans.size());
-  runtime.load_plans(std::move(plans));
+  runtime.load_plans(std::move(plans), uid());
   report.stitch_load_s = since(t);
   report.total_s = since(start);
   if (options.verbose_) {

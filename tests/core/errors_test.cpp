@@ -112,5 +112,5 @@ TEST(Errors, RuntimeMisuse) {
   EXPECT_NE(error_of([&] { cx.set_dim("z", 3); }).find("reserved"), std::string::npos);
   Graph other;
   auto z = other.tensor({2});
-  EXPECT_NE(error_of([&] { rt.set_data(z, {1.f, 2.f}); }).find("not an input or output"), std::string::npos);
+  EXPECT_NE(error_of([&] { rt.set_data(z, {1.f, 2.f}); }).find("different graph"), std::string::npos);
 }
