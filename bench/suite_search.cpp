@@ -70,8 +70,11 @@ int main() {
   emit("llama3_8b_build_saturate_32_layers", full.seconds, "s", "lower", extra);
   std::snprintf(extra, sizeof extra, ",\"hlir_nodes\":%zu,\"egraph_nodes\":%zu", one.hlir_nodes, one.nodes);
   emit("llama3_8b_build_saturate_1_layer", one.seconds, "s", "lower", extra);
-  std::snprintf(extra, sizeof extra, ",\"note\":\"time(32 layers) / time(1 layer); ~1 means layers are searched once\"");
-  emit("llama3_8b_32_vs_1_layer_cost", full.seconds / one.seconds, "x", "lower", extra);
+  std::snprintf(extra, sizeof extra,
+                ",\"wall_ratio\":%.1f,\"note\":\"e-graph nodes built for 32 layers / for 1 layer (~1: the layers share one"
+                " e-graph and one search); wall_ratio also counts the linear cutting and stitching of 3416 HLIR nodes\"",
+                full.seconds / one.seconds);
+  emit("llama3_8b_32_vs_1_layer_egraph_size", double(full.nodes) / double(one.nodes), "x", "lower", extra);
 
   // Full compile at the default budget on the reference runtime, time per phase.
   {
