@@ -7,7 +7,10 @@ import re
 import subprocess
 import sys
 import time
+import warnings
 from pathlib import Path
+
+warnings.filterwarnings("ignore")
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(os.environ.get("LUMINAL_BIN_DIR", ROOT / "build" / "release")) / "models" / "luminal"
