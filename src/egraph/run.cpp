@@ -194,13 +194,11 @@ static std::vector<PlanStep> plan_for_seed(const EGraph& g, const Rule& r, size_
       } else if (atom.vars[0] >= 0 && bound[atom.vars[0]]) {
         score = 3, kind = PlanStep::Kind::ByClass;
       } else {
-        const OpInfo& info = g.op(atom.id);
         for (size_t s = 1; s < atom.vars.size(); ++s)
           if (!g.arg_is_payload(atom.id, s - 1) && atom.vars[s] >= 0 && bound[atom.vars[s]]) {
             score = 2, kind = PlanStep::Kind::ByChild, key = static_cast<int>(s);
             break;
           }
-        (void)info;
       }
       if (score > best_score || (score == best_score && sizes[a] < best_size)) {
         best = static_cast<int>(a), best_score = score, best_kind = kind, best_key = key;
@@ -269,9 +267,6 @@ void EGraph::add_rule(Rule rule) {
   size_t guards_placed = 0;
   for (const PlanStep& st : state.plans[0]) guards_placed += st.kind == PlanStep::Kind::Guard;
   if (guards_placed != rule.guards.size()) fail_here("a guard's variables are never bound");
-  state.report.name = rule.name;
-  state.report.ruleset = rule.ruleset;
-  state.report.disabled = rule.disabled;
   rules_.push_back(std::move(rule));
   rule_state_.push_back(std::move(state));
 }

@@ -220,7 +220,6 @@ class EGraph {
     std::vector<uint8_t> keep_is_class;
     std::vector<uint32_t> matches;         // reused between iterations
     size_t times_banned = 0, banned_until = 0;
-    RuleReport report;
   };
   struct Hashcons;
 
