@@ -12,7 +12,9 @@ intermediate roundings. Integer and Bool results are computed natively and compa
 exactly. Tolerances are per result dtype (see TOL); reductions scale the absolute
 tolerance by sqrt(reduced element count).
 
-With LUMINAL_WRITE_OPS_MD=1 the run writes docs/ops.md, the op-parity table.
+With LUMINAL_WRITE_OPS_MD=1 the run writes docs/ops.md, the op-parity table. By default
+each case's graph runs as built (no rewrite rules); LUMINAL_OPS_SEARCH=1 compiles every
+case with the default CompileOptions (e-graph rules + search) instead, which is slower.
 """
 from __future__ import annotations
 
@@ -56,7 +58,7 @@ class Inp:
     symbolic axes {axis: dim name} of the stored tensor."""
 
     def __init__(self, t, view=None, sym=None):
-        self.t = t.contiguous()
+        self.t = t.contiguous().clone()  # own storage: safetensors refuses shared tensors
         self.view = view
         self.sym = sym or {}
 
@@ -409,6 +411,9 @@ def gen_all():
              lambda v, op=op: getattr(v[0], op)())
         case(op, "F64.large", [torch.tensor([1e15 + 0.5, -1e15 - 0.5, 4503599627370497.0, 2.0**60], dtype=torch.float64)],
              lambda v, op=op: getattr(v[0], op)())
+    for dt in ("F16", "BF16"):
+        case("round", f"{dt}.halves", [torch.tensor([-2.5, -1.5, -0.5, 0.5, 1.5, 2.5, 3.5, 254.5], dtype=TD[dt])],
+             lambda v: v[0].round())
     gen_unary("erf", lambda v: torch.erf(v[0]))
     gen_unary("tanh", lambda v: v[0].tanh())
     gen_unary("sigmoid", lambda v: v[0].sigmoid())
@@ -682,6 +687,9 @@ def gen_all():
              lambda v, fn=fn: pool(fn, v, {"kernel": [3, 3], "stride": [3, 3]}), args={"kernel": [3, 3], "stride": [3, 3]})
         case(op, "F32.transposed", [Inp(rnd((1, 2, 6, 4), "F32"), {"kind": "transpose", "dims": [2, 3]})],
              lambda v, fn=fn: pool(fn, v, {"kernel": [2, 2]}), args={"kernel": [2, 2]})
+        nan_img = rnd((1, 1, 4, 4), "F32")
+        nan_img[0, 0, 1, 2] = float("nan")
+        case(op, "F32.nan", [nan_img], lambda v, fn=fn: pool(fn, v, {"kernel": [2, 2]}), args={"kernel": [2, 2]})
         case(op, "F32.negative_pad", [-rnd((1, 1, 4, 4), "F32", "pos")],
              lambda v, fn=fn: pool(fn, v, {"kernel": [3, 3], "stride": [1, 1], "padding": [1, 1]}),
              args={"kernel": [3, 3], "stride": [1, 1], "padding": [1, 1]})
@@ -814,6 +822,8 @@ def gen_all():
     for dt in ("F32", "I64"):
         case("split", f"{dt}.sizes", [rnd((3, 7), dt)], lambda v: v[0].split([2, 4, 1], dim=1),
              args={"sizes": [2, 4, 1], "axis": 1})
+    case("split", "F32.dynamic_other_axis", [Inp(rnd((5, 8), "F32"), sym={0: "seq"})], lambda v: v[0].split([2, 6], dim=1),
+         args={"sizes": [2, 6], "axis": 1})
     case("split", "F32.transposed", [Inp(rnd((6, 2), "F32"), T01)], lambda v: v[0].split([3, 3], dim=1),
          args={"sizes": [3, 3], "axis": 1})
     case("chunk", "F32.even", [rnd((6, 2), "F32")], lambda v: v[0].chunk(3, dim=0), args={"chunks": 3, "axis": 0})
@@ -887,6 +897,11 @@ def gen_all():
          lambda v: torch.index_select(v[0], 0, v[1]), args={"axis": 0})
     case("index_select", "F32.transposed", [Inp(rnd((3, 5), "F32"), T01), idx((4,), 5)],
          lambda v: torch.index_select(v[0], 0, v[1]), args={"axis": 0})
+    case("index_select", "F32.dynamic_source", [Inp(rnd((6, 3), "F32"), sym={0: "seq"}), idx((4,), 6)],
+         lambda v: torch.index_select(v[0], 0, v[1]), args={"axis": 0})
+    case("scatter", "F32.dynamic", [Inp(rnd((5, 4), "F32"), sym={0: "seq"}), Inp(uniq_idx(5, 2, 4, 1), sym={0: "seq"}),
+                                    Inp(rnd((5, 2), "F32"), sym={0: "seq"})], lambda v: v[0].scatter(1, v[1], v[2]),
+         args={"axis": 1})
     case("index_select", "F32.dynamic_index", [rnd((5, 3), "F32"), Inp(idx((6,), 5), sym={0: "seq"})],
          lambda v: torch.index_select(v[0], 0, v[1]), args={"axis": 0})
     for dt in ("F32", "F16", "BF16", "F64"):
@@ -931,6 +946,13 @@ def gen_all():
          lambda v: torch.argsort(v[0], dim=-1, stable=True))
     case("argsort", "F32.dynamic", [Inp(rnd((2, 7), "F32", "distinct"), sym={1: "seq"})],
          lambda v: torch.argsort(v[0], dim=-1, stable=True))
+    nanrow = torch.tensor([[3.0, float("nan"), -1.0, float("inf"), 0.5, float("-inf")]])
+    case("sort", "F32.nan", [nanrow], lambda v: tuple(torch.sort(v[0], dim=-1, stable=True)))
+    case("sort", "F32.nan_descending", [nanrow], lambda v: tuple(torch.sort(v[0], dim=-1, descending=True, stable=True)),
+         args={"descending": True})
+    case("topk", "F32.nan", [nanrow], lambda v: topk_ref(v[0], {"k": 3}), args={"k": 3})
+    case("topk", "F32.nan_smallest", [nanrow], lambda v: topk_ref(v[0], {"k": 3, "largest": False}),
+         args={"k": 3, "largest": False})
     case("sort", "F32.descending_axis0", [rnd((5, 3), "F32", "distinct")],
          lambda v: tuple(torch.sort(v[0], dim=0, descending=True, stable=True)), args={"axis": 0, "descending": True})
     case("sort", "F32.dynamic", [Inp(rnd((7, 2), "F32", "distinct"), sym={0: "seq"})],
@@ -1039,7 +1061,8 @@ def run_runner(cases, workdir: Path):
         cases_path = workdir / "cases.json"
         out_path = workdir / "outputs.safetensors"
         cases_path.write_text(json.dumps([c.to_json() for c in todo]))
-        p = subprocess.run([str(RUNNER), str(cases_path), str(inputs_path), str(out_path)],
+        search = ["--search"] if os.environ.get("LUMINAL_OPS_SEARCH") == "1" else []
+        p = subprocess.run([str(RUNNER), *search, str(cases_path), str(inputs_path), str(out_path)],
                            capture_output=True, text=True, timeout=1800)
         started, errors, shapes = None, {}, {}
         for line in p.stdout.splitlines():
@@ -1118,9 +1141,17 @@ NOTES = """\
 
 ## Intended differences from PyTorch
 
-* `where(cond, a, b)` in luminal broadcasts like torch; `cast` float->int truncates toward
-  zero (torch too); out-of-range float->int casts are not tested (undefined in C, platform
-  dependent in torch).
+* Scalars are `double` in the C++ API, so C++ cannot tell `x % 3` from `x % 3.0`: an
+  integral scalar keeps an integer tensor's dtype (torch would give F32 for a Python float),
+  a non-integral one promotes it to F32. The integer-tensor scalar cases use Python ints.
+* luminal has no I16: U8 with I8 promotes to I32 (torch: int16).
+* `matmul` promotes mixed dtypes like the elementwise ops (torch refuses mixed dtypes); the
+  reference for that case is torch on the promoted dtype.
+* F16/BF16 `exp`, `cos`, `tan`, `mean`, `var`, `std`, `layer_norm` and `rms_norm` compute in
+  F32 (F64 for cos/tan) and round once at the end, like torch's CPU kernels; F32 `cos`/`tan`
+  shift their argument in F64.
+* Float-to-int casts of out-of-range values and NaN are not tested (undefined in C++,
+  platform dependent in torch).
 """
 
 
