@@ -294,7 +294,8 @@ std::vector<std::pair<std::string, HostTensor>> run_case(const json& c, const Sa
   // Default: no rewrite rules, so the program is the op's graph as built (through the
   // lowering/extraction round trip). --search: the full default compile (rules + search).
   CompileOptions options;
-  if (!g_search) options.rulesets({}).search_graph_limit(1);
+  if (g_search) options.search_graph_limit(8).trials(1);  // a small search: enough to exercise rewrites
+  else options.rulesets({}).search_graph_limit(1);
   auto rt = cx.compile(ReferenceRuntime{}, options);
   for (auto& [x, name] : sources) rt.set_data(x, inputs.read(name));
   rt.execute(dims);
