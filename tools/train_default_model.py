@@ -9,7 +9,8 @@ Writes a Hugging Face model directory (config.json, model.safetensors,
 tokenizer.json, tokenizer_config.json, generation_config.json) plus
 training_log.json with the recipe and the final losses.
 Everything is seeded; the only source of run-to-run variation is the
-wall-clock budget, which decides the number of optimizer steps.
+wall-clock budget, which decides the number of optimizer steps (pass --steps N
+to reproduce a run exactly: training_log.json records N).
 """
 from __future__ import annotations
 
@@ -86,6 +87,8 @@ def main() -> None:
     ap.add_argument("--corpus", default="/usr/share/games/fortunes")
     ap.add_argument("--out", default="models/default")
     ap.add_argument("--minutes", type=float, default=12.0, help="wall-clock budget for the LM training loop")
+    ap.add_argument("--steps", type=int, default=None,
+                    help="fixed number of optimizer steps (default: as many as fit in --minutes)")
     ap.add_argument("--vocab", type=int, default=2048)
     ap.add_argument("--hidden", type=int, default=128)
     ap.add_argument("--layers", type=int, default=4)
@@ -96,6 +99,7 @@ def main() -> None:
     ap.add_argument("--lr", type=float, default=3e-3)
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--device", default="cpu", help="cpu (default) or cuda")
     args = ap.parse_args()
 
     torch.set_num_threads(args.threads)
@@ -152,7 +156,7 @@ def main() -> None:
         eos_token_id=eos_id,
         torch_dtype="float32",
     )
-    model = LlamaForCausalLM(config)
+    model = LlamaForCausalLM(config).to(args.device)
     n_params = sum(p.numel() for p in model.parameters())
     print(f"model: {n_params} parameters", flush=True)
 
@@ -167,11 +171,11 @@ def main() -> None:
 
     def batch(data: torch.Tensor, bs: int, g: torch.Generator) -> torch.Tensor:
         starts = torch.randint(0, len(data) - args.seq - 1, (bs,), generator=g)
-        return torch.stack([data[s:s + args.seq] for s in starts.tolist()])
+        return torch.stack([data[s:s + args.seq] for s in starts.tolist()]).to(args.device)
 
     # Fixed validation chunks (non-overlapping windows over the val stream).
     n_val_chunks = max(1, min(64, (len(val_ids) - 1) // args.seq))
-    val_batch = torch.stack([val_ids[i * args.seq:(i + 1) * args.seq] for i in range(n_val_chunks)])
+    val_batch = torch.stack([val_ids[i * args.seq:(i + 1) * args.seq] for i in range(n_val_chunks)]).to(args.device)
 
     @torch.no_grad()
     def eval_loss(x: torch.Tensor) -> float:
@@ -183,10 +187,12 @@ def main() -> None:
         model.train()
         return sum(losses) / len(x)
 
+    # Schedule: linear warm-up, then cosine decay to 10% over the run's progress. Progress is
+    # step / --steps when --steps is given (exactly reproducible), else elapsed / budget, so
+    # the loop always ends within the wall-clock budget even on a busy shared machine.
     budget = args.minutes * 60.0
     warmup = 30
     min_lr_frac = 0.1
-    total_steps = None  # decided after timing the first steps
     step = 0
     t_loop = time.time()
     log = []
@@ -194,18 +200,13 @@ def main() -> None:
     model.train()
     while True:
         elapsed = time.time() - t_loop
-        if total_steps is None and step == 20:
-            per_step = elapsed / 20
-            total_steps = max(40, int(budget / per_step))
-            print(f"{per_step:.2f} s/step -> {total_steps} steps in the budget", flush=True)
-        horizon = total_steps or 10**9
-        if step >= horizon:
+        progress = step / args.steps if args.steps else elapsed / budget
+        if progress >= 1.0:
             break
         if step < warmup:
             lr = args.lr * (step + 1) / warmup
         else:
-            frac = min(1.0, (step - warmup) / max(1, horizon - warmup))
-            lr = args.lr * (min_lr_frac + (1 - min_lr_frac) * 0.5 * (1 + math.cos(math.pi * frac)))
+            lr = args.lr * (min_lr_frac + (1 - min_lr_frac) * 0.5 * (1 + math.cos(math.pi * progress)))
         for gr in opt.param_groups:
             gr["lr"] = lr
         xb = batch(train_ids, args.batch, gen)
@@ -217,7 +218,7 @@ def main() -> None:
         li = loss.item()
         train_loss_ema = li if train_loss_ema is None else 0.95 * train_loss_ema + 0.05 * li
         step += 1
-        if step % 50 == 0:
+        if step % 100 == 0:
             vl = eval_loss(val_batch)
             log.append({"step": step, "train_loss": train_loss_ema, "val_loss": vl, "lr": lr,
                         "elapsed_s": time.time() - t_loop})
@@ -233,7 +234,7 @@ def main() -> None:
 
     # ---- save -----------------------------------------------------------------------
     model.eval()
-    model.save_pretrained(out, safe_serialization=True)
+    model.to("cpu").save_pretrained(out, safe_serialization=True)
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token=BOS, eos_token=EOS)
     fast.model_max_length = 512
     fast.save_pretrained(out)
@@ -256,7 +257,8 @@ def main() -> None:
         "steps": step, "train_time_s": round(train_time, 1),
         "total_time_s": round(time.time() - t_start, 1),
         "final_train_loss": round(final_train, 4), "final_val_loss": round(final_val, 4),
-        "torch": torch.__version__,
+        "torch": torch.__version__, "transformers": __import__("transformers").__version__,
+        "device": torch.cuda.get_device_name() if args.device.startswith("cuda") else "cpu",
         "log": log,
     }
     (out / "training_log.json").write_text(json.dumps(info, indent=2) + "\n")

@@ -2,8 +2,11 @@
 // options and its run callback; add a new one next to the others and call it from main().
 #include <CLI/CLI.hpp>
 
+#include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
+#include <sstream>
 #include <iterator>
 #include <string>
 #include <vector>
@@ -11,7 +14,9 @@
 #include <nlohmann/json.hpp>
 
 #include "luminal/error.hpp"
+#include "luminal/models/generate.hpp"
 #include "luminal/models/tokenizer.hpp"
+#include "luminal/reference_runtime.hpp"
 
 namespace {
 
@@ -98,12 +103,200 @@ void add_tokenize(CLI::App& app) {
   sub->callback([opts] { run_tokenize(*opts); });
 }
 
+
+// ---- luminal generate -----------------------------------------------------------------
+struct GenerateCliOptions {
+  std::string model = luminal::models::default_model_dir();
+  std::vector<std::string> prompts;
+  int64_t max_tokens = 48;
+  double temperature = 0;
+  int64_t top_k = 0;
+  double top_p = 1.0;
+  uint64_t seed = 0;
+  bool chat = false;
+  int64_t max_seq = 0;
+  bool verbose = false;
+};
+
+// Text of the generated ids, minus a trailing incomplete UTF-8 sequence (shown as U+FFFD
+// by decode) that the next token may complete.
+std::string stable_text(const luminal::models::Tokenizer& tok, const std::vector<int32_t>& ids) {
+  std::string text = tok.decode(ids, /*skip_special_tokens=*/true);
+  static const std::string kReplacement = "\xEF\xBF\xBD";
+  while (text.size() >= 3 && text.compare(text.size() - 3, 3, kReplacement) == 0) text.resize(text.size() - 3);
+  return text;
+}
+
+void run_generate(const GenerateCliOptions& o) {
+  using namespace luminal::models;
+  const TransformerConfig config = load_config(o.model);  // a bad directory is reported first
+  const auto tok = Tokenizer::from_file(o.model);
+  // Several --prompt options run one after the other on the same compiled model.
+  std::vector<std::vector<int32_t>> prompts;
+  int64_t longest = 0;
+  for (const auto& text : o.prompts) {
+    std::vector<int32_t> ids =
+        o.chat ? tok.encode(tok.apply_chat_template({{"user", text}}, /*add_generation_prompt=*/true),
+                            /*add_special_tokens=*/false)
+               : tok.encode(text, /*add_special_tokens=*/true);
+    if (ids.empty()) luminal::fail("generate: the prompt '", text, "' encodes to no tokens");
+    longest = std::max<int64_t>(longest, static_cast<int64_t>(ids.size()));
+    prompts.push_back(std::move(ids));
+  }
+  auto t0 = std::chrono::steady_clock::now();
+  ModelOptions mo;
+  mo.max_seq_len = o.max_seq;
+  if (mo.max_seq_len == 0) {  // keep the cache small: enough for the prompts and their generation
+    const int64_t need = longest + std::max<int64_t>(o.max_tokens, 1);
+    mo.max_seq_len = std::min<int64_t>(config.max_position_embeddings, need);
+  }
+  Generator gen = Generator::compile(CausalLM::from_pretrained(o.model, mo), luminal::ReferenceRuntime{},
+                                     luminal::CompileOptions{}.verbose(o.verbose));
+  double setup = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    GenerateOptions go;
+    go.max_new_tokens = o.max_tokens;
+    go.sampling = {o.temperature, o.top_k, o.top_p, o.seed};
+    std::vector<int32_t> out;
+    size_t printed = 0;
+    if (i > 0) std::cout << "---\n";
+    if (!o.chat) {
+      std::cout << o.prompts[i];
+      std::cout.flush();
+    }
+    go.on_token = [&](int32_t id) {
+      out.push_back(id);
+      std::string text = stable_text(tok, out);
+      if (text.size() > printed) {
+        std::cout << text.substr(printed);
+        std::cout.flush();
+        printed = text.size();
+      }
+      return true;
+    };
+    GenerateResult r = gen.generate(prompts[i], go);
+    std::string text = tok.decode(out, true);
+    if (text.size() > printed) std::cout << text.substr(printed);
+    std::cout << "\n\n";
+    std::ostringstream stats;
+    stats.setf(std::ios::fixed);
+    stats.precision(1);
+    stats << "prompt tokens: " << prompts[i].size() << ", generated: " << r.tokens.size() << " ("
+          << r.stop_reason << ")\n";
+    stats << "TTFT: " << r.ttft_seconds * 1e3 << " ms\n";
+    stats << "TPOT: " << r.tpot_seconds * 1e3 << " ms\n";
+    stats.precision(2);
+    stats << "tokens/s: " << r.decode_tokens_per_second << "\n";
+    stats.precision(1);
+    if (i == 0) stats << "load+compile: " << setup * 1e3 << " ms (reference runtime)\n";
+    std::cout << stats.str();
+  }
+}
+
+void add_generate(CLI::App& app) {
+  auto opts = std::make_shared<GenerateCliOptions>();
+  CLI::App* sub = app.add_subcommand("generate", "Generate text with a Hugging Face causal LM directory");
+  sub->add_option("--model,-m", opts->model,
+                  "model directory (config.json, *.safetensors, tokenizer.json); default: the shipped model")
+      ->capture_default_str();
+  sub->add_option("--prompt,-p", opts->prompts, "prompt text (repeat to run several prompts on one compiled model)")
+      ->required()
+      ->expected(1)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  sub->add_option("--max-tokens,-n", opts->max_tokens, "maximum new tokens")->capture_default_str();
+  sub->add_option("--temperature,-t", opts->temperature, "sampling temperature (0: greedy)")->capture_default_str();
+  sub->add_option("--top-k", opts->top_k, "keep the k most likely tokens (0: all)")->capture_default_str();
+  sub->add_option("--top-p", opts->top_p, "nucleus sampling threshold")->capture_default_str();
+  sub->add_option("--seed", opts->seed, "sampling seed")->capture_default_str();
+  sub->add_flag("--chat", opts->chat, "wrap the prompt in the tokenizer's chat template");
+  sub->add_option("--max-seq", opts->max_seq, "KV-cache length (default: prompt + max tokens)");
+  sub->add_flag("--verbose,-v", opts->verbose, "print the compiler's report on stderr");
+  sub->callback([opts] { run_generate(*opts); });
+}
+
+// ---- luminal debug-logits (hidden; used by tests/python/test_models.py) ------------------
+struct DebugLogitsOptions {
+  std::string model;
+  std::string ids;
+  int64_t steps = 10;
+  int64_t max_seq = 0;
+  bool verbose = false;
+};
+
+void run_debug_logits(const DebugLogitsOptions& o) {
+  using namespace luminal::models;
+  std::vector<int32_t> ids;
+  {
+    std::stringstream ss(o.ids);
+    std::string item;
+    while (std::getline(ss, item, ',')) {
+      try {
+        ids.push_back(static_cast<int32_t>(std::stoll(item)));
+      } catch (const std::exception&) {
+        luminal::fail("debug-logits: --ids must be comma-separated integers, got '", item, "'");
+      }
+    }
+  }
+  if (ids.empty()) luminal::fail("debug-logits: --ids is empty");
+  ModelOptions mo;
+  mo.all_logits = true;
+  mo.max_seq_len = o.max_seq > 0 ? o.max_seq : static_cast<int64_t>(ids.size()) + o.steps + 1;
+  auto t0 = std::chrono::steady_clock::now();
+  Generator gen = Generator::compile(CausalLM::from_pretrained(o.model, mo), luminal::ReferenceRuntime{},
+                                     luminal::CompileOptions{}.verbose(o.verbose));
+  const double load = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const int64_t vocab = gen.model().config().vocab_size;
+  auto rows = [&](const std::vector<float>& flat) {
+    nlohmann::json j = nlohmann::json::array();
+    for (size_t r = 0; r * vocab < flat.size(); ++r)
+      j.push_back(std::vector<float>(flat.begin() + r * vocab, flat.begin() + (r + 1) * vocab));
+    return j;
+  };
+  nlohmann::json out;
+  auto t1 = std::chrono::steady_clock::now();
+  std::vector<float> prefill = gen.forward(ids);
+  const double prefill_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
+  out["prefill_logits"] = rows(prefill);
+  std::vector<float> last(prefill.end() - vocab, prefill.end());
+  std::vector<int32_t> generated;
+  nlohmann::json steps = nlohmann::json::array();
+  std::mt19937_64 rng(0);
+  auto t2 = std::chrono::steady_clock::now();
+  for (int64_t i = 0; i < o.steps; ++i) {
+    int32_t next = sample_token(last, {}, rng);
+    generated.push_back(next);
+    last = gen.forward({next});
+    steps.push_back(last);
+  }
+  const double decode_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t2).count();
+  generated.push_back(sample_token(last, {}, rng));
+  out["step_logits"] = steps;
+  out["generated"] = generated;
+  out["timing"] = {{"load_s", load}, {"prefill_s", prefill_s}, {"decode_s", decode_s}};
+  std::cout << out.dump() << '\n';
+}
+
+void add_debug_logits(CLI::App& app) {
+  auto opts = std::make_shared<DebugLogitsOptions>();
+  CLI::App* sub = app.add_subcommand("debug-logits", "Print prefill and greedy-decode logits as JSON");
+  sub->group("");  // hidden from --help
+  sub->add_option("--model,-m", opts->model, "model directory")->required();
+  sub->add_option("--ids", opts->ids, "comma-separated prompt token ids")->required();
+  sub->add_option("--steps", opts->steps, "greedy decode steps after the prefill");
+  sub->add_option("--max-seq", opts->max_seq, "KV-cache length (default: ids + steps + 1)");
+  sub->add_flag("--verbose,-v", opts->verbose, "print the compiler's report on stderr");
+  sub->callback([opts] { run_debug_logits(*opts); });
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"luminal: a search-based deep-learning compiler"};
   app.require_subcommand(1);
   add_tokenize(app);
+  add_generate(app);
+  add_debug_logits(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

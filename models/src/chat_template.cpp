@@ -1,6 +1,6 @@
 #include "chat_template.hpp"
 
-#include <regex>
+#include <string>
 
 #include "luminal/error.hpp"
 
@@ -17,9 +17,17 @@ std::string trim(const std::string& s) {  // Jinja's `| trim` (Python str.strip(
 // A literal default system prompt written in a ChatML template, e.g. Qwen 2's
 // '<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n'.
 std::string chatml_default_system(const std::string& tmpl) {
-  static const std::regex re(R"(<\|im_start\|>system\\n([^{}<'"]+)<\|im_end\|>)");
-  std::smatch m;
-  if (std::regex_search(tmpl, m, re)) return m[1].str();
+  const std::string close = "<|im_end|>";
+  // The newline is written either as a "\n" escape or verbatim inside the Jinja literal.
+  for (const std::string open : {"<|im_start|>system\\n", "<|im_start|>system\n"}) {
+    for (size_t at = tmpl.find(open); at != std::string::npos; at = tmpl.find(open, at + 1)) {
+      const size_t b = at + open.size();
+      const size_t e = tmpl.find(close, b);
+      if (e == std::string::npos) break;
+      const std::string text = tmpl.substr(b, e - b);
+      if (!text.empty() && text.find_first_of("{}<'\"\n") == std::string::npos) return text;
+    }
+  }
   return "";
 }
 

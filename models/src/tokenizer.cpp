@@ -486,7 +486,8 @@ Tokenizer Tokenizer::from_file(const std::string& path_in) {
     else
       impl->raw_trie.insert(t.content, static_cast<int>(i));
   }
-  impl->word_char = std::make_shared<Regex>("[\\p{L}\\p{N}\\p{Mn}\\p{Mc}_]", false);
+  // Rust regex's Unicode \w, which `tokenizers` uses for single_word.
+  impl->word_char = std::make_shared<Regex>("[\\p{Alphabetic}\\p{M}\\p{Nd}\\p{Pc}\\p{Join_Control}]", false);
   impl->load_config(p.parent_path());
   return Tokenizer(std::move(impl));
 }

@@ -125,7 +125,16 @@ search::SegmentProgram search_segment(const Graph& segment, const Runtime& targe
   std::vector<uint32_t> choices;
   for (const auto& opts : space.options) choices.push_back(static_cast<uint32_t>(opts.size()));
   search::Genome best(space.slots.size(), 0);
-  if (!space.slots.empty()) {
+  // Profiling needs a value for every dim; without one the baseline is kept.
+  std::string missing_dim;
+  for (const Node& n : segment.nodes())
+    for (const auto& d : n.shape)
+      for (const auto& v : d.variables())
+        if (!dims.count(v) && missing_dim.empty()) missing_dim = v;
+  if (!missing_dim.empty() && !space.slots.empty()) {
+    report.notes.push_back("search skipped: dimension '" + missing_dim +
+                           "' has no value at compile time (set_dim or dim_buckets)");
+  } else if (!space.slots.empty()) {
     const search::Genome baseline(space.slots.size(), 0);
     auto evaluate = [&](const search::Genome& g) {
       auto program = search::extract(lowered, space, g);
@@ -187,7 +196,10 @@ void Graph::compile_into(Runtime& runtime, const CompileOptions& options) const 
   runtime.load_plans(std::move(plans));
   report.stitch_load_s = since(t);
   report.total_s = since(start);
-  if (options.verbose_) std::fprintf(stderr, "%s\n", report.to_string().c_str());
+  if (options.verbose_) {
+    std::fprintf(stderr, "%s\n", report.to_string().c_str());
+    for (const auto& note : report.notes) std::fprintf(stderr, "  note: %s\n", note.c_str());
+  }
   if (options.report_) *options.report_ = report;
 }
 

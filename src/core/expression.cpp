@@ -403,6 +403,54 @@ Expression finish(ExprKind kind, const std::vector<Expression>& kids) {
   return e;
 }
 
+// ---- memo of binary builder results ----
+// Builders are pure functions of their (canonical, interned) arguments, so their results
+// can be cached by argument identity; views rebuild the same expressions very often.
+enum class MemoOp : uint8_t { Add, Sub, Mul, Div, Mod, Min, Max, CeilDiv, Lt, Eq };
+
+class BuildMemo {
+ public:
+  template <class F>
+  Expression get(MemoOp op, const Expression& a, const Expression& b, F&& compute) {
+    Key k{a.node(), b.node(), op};
+    Shard& s = shards_[mix64(reinterpret_cast<uintptr_t>(k.a) * 31 + reinterpret_cast<uintptr_t>(k.b)) % kShards];
+    {
+      std::lock_guard<std::mutex> lock(s.mu);
+      auto it = s.map.find(k);
+      if (it != s.map.end()) return it->second;
+    }
+    Expression r = compute();
+    std::lock_guard<std::mutex> lock(s.mu);
+    s.map.emplace(k, r);
+    return r;
+  }
+
+ private:
+  struct Key {
+    const ExprNode* a;
+    const ExprNode* b;
+    MemoOp op;
+    bool operator==(const Key& o) const { return a == o.a && b == o.b && op == o.op; }
+  };
+  struct KeyHash {
+    size_t operator()(const Key& k) const {
+      return static_cast<size_t>(mix64(reinterpret_cast<uintptr_t>(k.a) ^ (reinterpret_cast<uintptr_t>(k.b) << 1) ^
+                                       static_cast<uint64_t>(k.op)));
+    }
+  };
+  struct Shard {
+    std::mutex mu;
+    std::unordered_map<Key, Expression, KeyHash> map;
+  };
+  static constexpr size_t kShards = 16;
+  Shard shards_[kShards];
+};
+
+BuildMemo& memo() {
+  static BuildMemo* m = new BuildMemo();  // never freed, like the nodes it refers to
+  return *m;
+}
+
 // ---- builders (all arguments must be canonical) ----
 Expression b_add(std::vector<Expression> xs);
 Expression b_mul(std::vector<Expression> xs);
@@ -467,7 +515,10 @@ Expression from_linear(const std::vector<Term>& terms, int64_t k) {
   return b_add(std::move(xs));
 }
 
+// gcd(|a|, |b|); 1 when either is INT64_MIN, so callers never normalise such terms
+// (dividing INT64_MIN by -1 is undefined).
 int64_t gcd_abs(int64_t a, int64_t b) {
+  if (a == kI64Min || b == kI64Min) return 1;
   uint64_t x = a < 0 ? 0 - static_cast<uint64_t>(a) : static_cast<uint64_t>(a);
   uint64_t y = b < 0 ? 0 - static_cast<uint64_t>(b) : static_cast<uint64_t>(b);
   uint64_t g = std::gcd(x, y);
@@ -482,19 +533,23 @@ Expression b_add(std::vector<Expression> xs) {
   std::stable_sort(terms.begin(), terms.end(), [](const Term& a, const Term& b) { return expr_less(a.base, b.base); });
   std::vector<Term> merged;
   merged.reserve(terms.size());
-  bool has_mod = false;
   for (const auto& t : terms) {
     if (!merged.empty() && merged.back().base == t.base) merged.back().coeff = wrap_add(merged.back().coeff, t.coeff);
     else merged.push_back(t);
   }
   merged.erase(std::remove_if(merged.begin(), merged.end(), [](const Term& t) { return t.coeff == 0; }), merged.end());
+  auto factors_of = [](const Expression& base) -> std::span<const Expression> {
+    if (base.node()->kind == ExprKind::Mul) return base.node()->kids;
+    return {&base, 1};
+  };
+  bool has_mod = false;
   for (const auto& t : merged)
-    if (t.base.node()->kind == ExprKind::Mod) has_mod = true;
+    for (const auto& f : factors_of(t.base)) has_mod |= f.node()->kind == ExprKind::Mod;
 
   if (has_mod && merged.size() >= 2) {
-    // Dim-merge identity: c*(A%B) + c*B*(A/B) -> c*A. `partner` is the part that must
-    // already be present in the sum (exact coefficients) next to term i; the pair is
-    // replaced by `whole` (partner + term i == whole).
+    // Dim-merge identity: F*c*(A%B) + F*c*B*(A/B) -> F*c*A. `partner` is the part that
+    // must already be present in the sum (exact coefficients) next to term i; the pair
+    // is replaced by `whole` (partner + term i == whole).
     auto try_merge = [&](size_t i, const Expression& partner, const Expression& whole) -> std::optional<Expression> {
       Linear p = linear(partner);
       if (p.terms.empty()) return std::nullopt;
@@ -515,31 +570,72 @@ Expression b_add(std::vector<Expression> xs) {
       return b_add(std::move(next));
     };
     for (size_t i = 0; i < merged.size(); ++i) {
-      const ExprNode* m = merged[i].base.node();
+      std::span<const Expression> fs = factors_of(merged[i].base);
       int64_t c = merged[i].coeff;
-      if (m->kind == ExprKind::Mod) {
-        // From the modulo side: look for c*B*(A/B).
+      for (size_t f = 0; f < fs.size(); ++f) {
+        const ExprNode* m = fs[f].node();
+        if (m->kind != ExprKind::Mod && m->kind != ExprKind::Div) continue;
+        std::vector<Expression> rest;
+        for (size_t g = 0; g < fs.size(); ++g)
+          if (g != f) rest.push_back(fs[g]);
         const Expression& A = m->kids[0];
         const Expression& B = m->kids[1];
-        if (auto r = try_merge(i, b_mul({b_div(A, B), B, num(c)}), b_mul({A, num(c)}))) return *r;
-      } else if (m->kind == ExprKind::Div) {
-        // From the division side: (X/n)*n*k + k*(X%n), where X%n may be canonicalised
-        // to a different (congruent) numerator, e.g. (z*3 + 1)%2 -> (z + 1)%2.
-        const Expression& X = m->kids[0];
-        if (auto n = const_of(m->kids[1]); n && *n > 0 && c % *n == 0) {
-          int64_t k = c / *n;
-          if (auto r = try_merge(i, b_mul({b_mod(X, m->kids[1]), num(k)}), b_mul({X, num(k)}))) return *r;
-        }
-      } else if (m->kind == ExprKind::Mul && m->kids.size() == 2) {
-        // Symbolic divisor: (X/B)*B*k + k*(X%B).
-        for (int d = 0; d < 2; ++d) {
-          const ExprNode* dv = m->kids[static_cast<size_t>(d)].node();
-          const Expression& other = m->kids[static_cast<size_t>(1 - d)];
-          if (dv->kind == ExprKind::Div && dv->kids[1] == other) {
-            if (auto r = try_merge(i, b_mul({b_mod(dv->kids[0], other), num(c)}), b_mul({dv->kids[0], num(c)})))
-              return *r;
+        if (m->kind == ExprKind::Mod) {
+          // From the modulo side: look for F*c*B*(A/B).
+          std::vector<Expression> partner = rest, whole = rest;
+          partner.insert(partner.end(), {b_div(A, B), B, num(c)});
+          whole.insert(whole.end(), {A, num(c)});
+          if (auto r = try_merge(i, b_mul(std::move(partner)), b_mul(std::move(whole)))) return *r;
+          // Partial merge: F*k*D*((X/D)%B) + F*k*(X%D) -> F*k*(X%(D*B)).
+          if (A.node()->kind == ExprKind::Div) {
+            const Expression& X = A.node()->kids[0];
+            const Expression& D = A.node()->kids[1];
+            std::vector<Expression> r2 = rest;
+            int64_t k = c;
+            if (auto n = const_of(D)) {
+              if (*n <= 0 || c % *n != 0) continue;
+              k = c / *n;
+            } else {
+              bool ok = true;
+              for (const auto& df : factors_of(D)) {
+                auto it = std::find(r2.begin(), r2.end(), df);
+                if (df.node()->kind == ExprKind::Num || it == r2.end()) {
+                  ok = false;
+                  break;
+                }
+                r2.erase(it);
+              }
+              if (!ok) continue;
+            }
+            std::vector<Expression> p2 = r2, w2 = r2;
+            p2.insert(p2.end(), {b_mod(X, D), num(k)});
+            w2.insert(w2.end(), {b_mod(X, b_mul({D, B})), num(k)});
+            if (auto r = try_merge(i, b_mul(std::move(p2)), b_mul(std::move(w2)))) return *r;
           }
+          continue;
         }
+        // From the division side: F*k*B*(A/B) + F*k*(A%B), where A%B may have been
+        // canonicalised to a congruent numerator, e.g. (z*3 + 1)%2 -> (z + 1)%2.
+        int64_t k = c;
+        if (auto n = const_of(B)) {
+          if (*n <= 0 || c % *n != 0) continue;
+          k = c / *n;
+        } else {
+          bool ok = true;
+          for (const auto& bf : factors_of(B)) {
+            auto it = std::find(rest.begin(), rest.end(), bf);
+            if (bf.node()->kind == ExprKind::Num || it == rest.end()) {
+              ok = false;
+              break;
+            }
+            rest.erase(it);
+          }
+          if (!ok) continue;
+        }
+        std::vector<Expression> partner = rest, whole = rest;
+        partner.insert(partner.end(), {b_mod(A, B), num(k)});
+        whole.insert(whole.end(), {A, num(k)});
+        if (auto r = try_merge(i, b_mul(std::move(partner)), b_mul(std::move(whole)))) return *r;
       }
     }
   }
@@ -588,7 +684,11 @@ Expression b_mul(std::vector<Expression> xs) {
       int64_t g = gcd_abs(0, l.k);
       for (const auto& t : l.terms) g = gcd_abs(g, t.coeff);
       if (g == 0) continue;
-      if (!l.terms.empty() && l.terms[0].coeff < 0) g = -g;
+      if (!l.terms.empty() && l.terms[0].coeff < 0) {
+        bool has_min = l.k == kI64Min;
+        for (const auto& t : l.terms) has_min |= t.coeff == kI64Min;
+        if (!has_min) g = -g;
+      }
       if (g == 1) continue;
       for (auto& t : l.terms) t.coeff /= g;
       f = from_linear(l.terms, l.k / g);
@@ -619,7 +719,7 @@ std::optional<Expression> strip_factor(const Expression& t, const Expression& f)
   return b_mul(std::move(rest));
 }
 
-Expression b_div(const Expression& a, const Expression& b) {
+Expression b_div_impl(const Expression& a, const Expression& b) {
   auto bc = const_of(b);
   auto ac = const_of(a);
   if (bc) {
@@ -637,14 +737,23 @@ Expression b_div(const Expression& a, const Expression& b) {
     // Bounds decide the quotient.
     const ExprNode* an = a.node();
     if (an->has_lo && an->has_hi && floor_div(an->lo, n) == floor_div(an->hi, n)) return num(floor_div(an->lo, n));
-    // (x / m) / n -> x / (m*n)
+    // (x / m) / n -> x / (m*n)  (m a positive constant, or symbolic and >= 0: then m >= 1 where defined)
     if (an->kind == ExprKind::Div) {
-      if (auto m = const_of(an->kids[1]); m && *m > 0 && *m <= kI64Max / n) return b_div(an->kids[0], num(*m * n));
+      if (auto m = const_of(an->kids[1])) {
+        if (*m > 0 && *m <= kI64Max / n) return b_div(an->kids[0], num(*m * n));
+      } else if (lo_ge(an->kids[1], 0)) {
+        return b_div(an->kids[0], b_mul({an->kids[1], b}));
+      }
     }
-    // (x % m) / n -> (x / n) % (m / n) when n | m
+    // (x % m) / n -> (x / n) % (m / n) when n | m (m constant, or symbolic m = base*c with n | c)
     if (an->kind == ExprKind::Mod) {
-      if (auto m = const_of(an->kids[1]); m && *m > 0 && *m % n == 0)
-        return b_mod(b_div(an->kids[0], num(n)), num(*m / n));
+      if (auto m = const_of(an->kids[1])) {
+        if (*m > 0 && *m % n == 0) return b_mod(b_div(an->kids[0], num(n)), num(*m / n));
+      } else if (an->kids[1].kind() != ExprKind::Add) {
+        Term t = split_term(an->kids[1]);
+        if (t.coeff > 0 && t.coeff % n == 0 && lo_ge(t.base, 0))
+          return b_mod(b_div(an->kids[0], num(n)), b_mul({t.base, num(t.coeff / n)}));
+      }
     }
     Linear l = linear(a);
     int64_t g = n;
@@ -676,6 +785,16 @@ Expression b_div(const Expression& a, const Expression& b) {
   if (a == b) return num(1);
   const ExprNode* an = a.node();
   if (an->kind == ExprKind::Mod && an->kids[1] == b) return num(0);  // (x % b) / b == 0
+  if (lo_ge(b, 0)) {  // b >= 1 wherever the division is defined
+    // (x / m) / b -> x / (m*b) for m >= 1
+    if (an->kind == ExprKind::Div && (lo_ge(an->kids[1], 1) || (!an->kids[1].is_constant() && lo_ge(an->kids[1], 0))))
+      return b_div(an->kids[0], b_mul({an->kids[1], b}));
+    // (x % (q*b)) / b -> (x / b) % q for q >= 1
+    if (an->kind == ExprKind::Mod) {
+      if (auto q = strip_factor(an->kids[1], b); q && lo_ge(*q, 0) && !(q->is_constant() && q->constant_value() == 0))
+        return b_mod(b_div(an->kids[0], b), *q);
+    }
+  }
   if (lo_ge(a, 0) && b.node()->has_lo && an->has_hi && an->hi < b.node()->lo) return num(0);
   Linear l = linear(a);
   std::vector<Expression> q, r;
@@ -691,7 +810,7 @@ Expression b_div(const Expression& a, const Expression& b) {
   return finish(ExprKind::Div, {a, b});
 }
 
-Expression b_mod(const Expression& a, const Expression& b) {
+Expression b_mod_impl(const Expression& a, const Expression& b) {
   auto bc = const_of(b);
   auto ac = const_of(a);
   if (bc) {
@@ -709,7 +828,11 @@ Expression b_mod(const Expression& a, const Expression& b) {
       if (floor_div(an->hi, n) == k) return k == 0 ? a : b_add({a, num(wrap_neg(wrap_mul(k, n)))});
     }
     if (an->kind == ExprKind::Mod) {
-      if (auto m = const_of(an->kids[1]); m && *m > 0 && *m % n == 0) return b_mod(an->kids[0], b);
+      if (auto m = const_of(an->kids[1])) {
+        if (*m > 0 && *m % n == 0) return b_mod(an->kids[0], b);
+      } else if (an->kids[1].kind() != ExprKind::Add && split_term(an->kids[1]).coeff % n == 0) {
+        return b_mod(an->kids[0], b);  // (x % (s*c)) % n -> x % n when n | c
+      }
     }
     Linear l = linear(a);
     bool changed = false;
@@ -745,6 +868,8 @@ Expression b_mod(const Expression& a, const Expression& b) {
   if (a == b) return num(0);
   const ExprNode* an = a.node();
   if (an->kind == ExprKind::Mod && an->kids[1] == b) return a;
+  // (x % (q*b)) % b -> x % b
+  if (an->kind == ExprKind::Mod && strip_factor(an->kids[1], b)) return b_mod(an->kids[0], b);
   if (lo_ge(a, 0) && b.node()->has_lo && an->has_hi && an->hi < b.node()->lo) return a;
   Linear l = linear(a);
   std::vector<Expression> r;
@@ -758,6 +883,13 @@ Expression b_mod(const Expression& a, const Expression& b) {
     return b_mod(b_add(std::move(r)), b);
   }
   return finish(ExprKind::Mod, {a, b});
+}
+
+Expression b_div(const Expression& a, const Expression& b) {
+  return memo().get(MemoOp::Div, a, b, [&] { return b_div_impl(a, b); });
+}
+Expression b_mod(const Expression& a, const Expression& b) {
+  return memo().get(MemoOp::Mod, a, b, [&] { return b_mod_impl(a, b); });
 }
 
 Expression b_ceildiv(const Expression& a, const Expression& b) {
@@ -838,8 +970,10 @@ Expression b_minmax(ExprKind kind, std::vector<Expression> xs) {
 }
 
 // ---- comparisons ----
-// Normalised difference: d = a - b as terms, constant, divided by the gcd of the
-// term coefficients. `exact` reports whether the constant was divisible.
+// a < b is decided from the bounds of d = a - b when possible; otherwise it is
+// normalised to P < N + k (P: positive terms of d, N: negated negative terms), with
+// the term coefficients divided by their gcd g (T*g + k < 0 <=> T + floor(k/g) < 0).
+// Eq is normalised the same way, with the sign fixed by the first term.
 Expression b_lt(const Expression& a, const Expression& b) {
   Expression d = b_sub(a, b);
   if (auto v = const_of(d)) return num(*v < 0 ? 1 : 0);
@@ -1308,11 +1442,15 @@ void print(std::ostream& os, const ExprNode* n) {
       }
       os << ')';
       return;
-    case ExprKind::Not:
-      os << "!(";
+    case ExprKind::Not: {
+      ExprKind k = n->kids[0].node()->kind;
+      bool bracketed = k == ExprKind::Lt || k == ExprKind::Eq || k == ExprKind::And || k == ExprKind::Or ||
+                       k == ExprKind::Add || k == ExprKind::Not || k == ExprKind::Var;
+      os << (bracketed ? "!" : "!(");
       print(os, n->kids[0].node());
-      os << ')';
+      if (!bracketed) os << ')';
       return;
+    }
   }
 }
 
@@ -1337,7 +1475,6 @@ void emit_c(std::ostream& os, const ExprNode* n, const std::function<std::string
         kid(i);
         os << ')';
       }
-      if (n->kids.size() == 1) return;
       return;
     }
     case ExprKind::Div:
@@ -1433,21 +1570,45 @@ size_t Expression::hash() const { return node_->hash; }
 bool operator<(const Expression& a, const Expression& b) { return compare(a, b) < 0; }
 
 // ---- operators (always canonicalise) ----
-Expression operator+(const Expression& a, const Expression& b) { return b_add({canon(a), canon(b)}); }
-Expression operator-(const Expression& a, const Expression& b) { return b_sub(canon(a), canon(b)); }
-Expression operator-(const Expression& a) { return b_neg(canon(a)); }
-Expression operator*(const Expression& a, const Expression& b) { return b_mul({canon(a), canon(b)}); }
+namespace {
+template <class F>
+Expression memo2(MemoOp op, const Expression& a, const Expression& b, F&& f) {
+  Expression x = canon(a), y = canon(b);
+  return memo().get(op, x, y, [&] { return f(x, y); });
+}
+}  // namespace
+
+Expression operator+(const Expression& a, const Expression& b) {
+  return memo2(MemoOp::Add, a, b, [](const Expression& x, const Expression& y) { return b_add({x, y}); });
+}
+Expression operator-(const Expression& a, const Expression& b) {
+  return memo2(MemoOp::Sub, a, b, [](const Expression& x, const Expression& y) { return b_sub(x, y); });
+}
+Expression operator-(const Expression& a) { return a * Expression(-1); }
+Expression operator*(const Expression& a, const Expression& b) {
+  return memo2(MemoOp::Mul, a, b, [](const Expression& x, const Expression& y) { return b_mul({x, y}); });
+}
 Expression operator/(const Expression& a, const Expression& b) { return b_div(canon(a), canon(b)); }
 Expression operator%(const Expression& a, const Expression& b) { return b_mod(canon(a), canon(b)); }
-Expression min(const Expression& a, const Expression& b) { return b_minmax(ExprKind::Min, {canon(a), canon(b)}); }
-Expression max(const Expression& a, const Expression& b) { return b_minmax(ExprKind::Max, {canon(a), canon(b)}); }
-Expression ceil_div(const Expression& a, const Expression& b) { return b_ceildiv(canon(a), canon(b)); }
-Expression lt(const Expression& a, const Expression& b) { return b_lt(canon(a), canon(b)); }
-Expression le(const Expression& a, const Expression& b) { return b_lt(canon(a), b_add({canon(b), num(1)})); }
-Expression gt(const Expression& a, const Expression& b) { return b_lt(canon(b), canon(a)); }
-Expression ge(const Expression& a, const Expression& b) { return b_lt(canon(b), b_add({canon(a), num(1)})); }
-Expression eq(const Expression& a, const Expression& b) { return b_eq(canon(a), canon(b)); }
-Expression ne(const Expression& a, const Expression& b) { return b_not(b_eq(canon(a), canon(b))); }
+Expression min(const Expression& a, const Expression& b) {
+  return memo2(MemoOp::Min, a, b, [](const Expression& x, const Expression& y) { return b_minmax(ExprKind::Min, {x, y}); });
+}
+Expression max(const Expression& a, const Expression& b) {
+  return memo2(MemoOp::Max, a, b, [](const Expression& x, const Expression& y) { return b_minmax(ExprKind::Max, {x, y}); });
+}
+Expression ceil_div(const Expression& a, const Expression& b) {
+  return memo2(MemoOp::CeilDiv, a, b, [](const Expression& x, const Expression& y) { return b_ceildiv(x, y); });
+}
+Expression lt(const Expression& a, const Expression& b) {
+  return memo2(MemoOp::Lt, a, b, [](const Expression& x, const Expression& y) { return b_lt(x, y); });
+}
+Expression le(const Expression& a, const Expression& b) { return lt(a, b + Expression(1)); }
+Expression gt(const Expression& a, const Expression& b) { return lt(b, a); }
+Expression ge(const Expression& a, const Expression& b) { return lt(b, a + Expression(1)); }
+Expression eq(const Expression& a, const Expression& b) {
+  return memo2(MemoOp::Eq, a, b, [](const Expression& x, const Expression& y) { return b_eq(x, y); });
+}
+Expression ne(const Expression& a, const Expression& b) { return b_not(eq(a, b)); }
 Expression logical_and(const Expression& a, const Expression& b) {
   return b_logic(ExprKind::And, {canon(a), canon(b)});
 }

@@ -9,8 +9,6 @@
 //   * scatter with duplicate indices: any one of the writes may win;
 //   * sorting is rank based (O(n^2) comparisons per sorted row). NaN sorts as the
 //     largest value (after +inf), as in PyTorch.
-#include <cmath>
-#include <limits>
 
 #include "tensor_internal.hpp"
 
@@ -76,11 +74,11 @@ GraphTensor gather_expr(const GraphTensor& data, const Shape& out_shape, const E
 using namespace detail;
 
 namespace {
-// torch's rule: index.size(d) <= self.size(d). Symbolic sizes must match exactly.
+// torch's rule: index.size(d) <= self.size(d). Only checked when both sizes are
+// static; symbolic sizes are trusted (they are only known at execute time).
 bool fits(const Expression& inner, const Expression& outer) {
-  if (inner == outer) return true;
   auto a = inner.as_constant(), b = outer.as_constant();
-  return a && b && *a <= *b;
+  return inner == outer || !a || !b || *a <= *b;
 }
 
 // Flat index into a row-major tensor of `shape` for each element of `index`, which

@@ -3,6 +3,9 @@
 // the flat input index, or a sentinel that reads the padding value. Convolution then
 // contracts (channel, kernel) against the weight with Mul + SumReduce, the same
 // pattern as matmul; pooling reduces the kernel axes with MaxReduce or a mean.
+// Unbatched inputs ((C, L) / (C, H, W)) are accepted like PyTorch. Kernel sizes must be
+// static; spatial sizes may be symbolic. avg_pool2d promotes ints to F32 (torch refuses
+// them); ceil_mode is not supported.
 #include <cmath>
 #include <limits>
 

@@ -71,13 +71,20 @@ void register_builtin_primitives(EGraph& g) {
   compare(">", [](const auto& x, const auto& y) { return x > y; });
   compare("<=", [](const auto& x, const auto& y) { return x <= y; });
   compare(">=", [](const auto& x, const auto& y) { return x >= y; });
-  g.register_primitive("=", [](Args a) -> std::optional<Value> {
+  // Equality is identity of values, except that a constant Expression equals the i64
+  // with its value, so `(= (expr-coeff ?s "z") 1)` reads naturally.
+  auto same = [](const Value& x, const Value& y) {
+    if (x.kind() == ValueKind::Expr && y.kind() == ValueKind::I64) return x.as_expr().as_constant() == y.as_i64();
+    if (x.kind() == ValueKind::I64 && y.kind() == ValueKind::Expr) return y.as_expr().as_constant() == x.as_i64();
+    return x == y;
+  };
+  g.register_primitive("=", [=](Args a) -> std::optional<Value> {
     if (a.size() != 2) return std::nullopt;
-    return Value::boolean(a[0] == a[1]);
+    return Value::boolean(same(a[0], a[1]));
   });
-  g.register_primitive("!=", [](Args a) -> std::optional<Value> {
+  g.register_primitive("!=", [=](Args a) -> std::optional<Value> {
     if (a.size() != 2) return std::nullopt;
-    return Value::boolean(!(a[0] == a[1]));
+    return Value::boolean(!same(a[0], a[1]));
   });
   g.register_primitive("and", [](Args a) -> std::optional<Value> {
     bool r = true;
@@ -125,10 +132,12 @@ static void term_vars(const Rule& r, uint32_t t, std::vector<int>& out) {
 
 // Plan for seed atom `seed`: scan the seed's table first, then repeatedly take the
 // remaining atom reachable through the most selective index (its class bound, a
-// child bound, all function inputs bound), ties to the lowest atom index; each guard
+// child bound, all function inputs bound), ties to the smallest table (sizes[a], the
+// current row count) then the lowest atom index; each guard
 // runs as soon as its variables are bound. Atoms before the seed only see rows older
 // than the last search, the seed only newer rows: every new match is found exactly once.
-static std::vector<PlanStep> plan_for_seed(const EGraph& g, const Rule& r, size_t seed) {
+static std::vector<PlanStep> plan_for_seed(const EGraph& g, const Rule& r, size_t seed,
+                                           const std::vector<size_t>& sizes) {
   std::vector<PlanStep> steps;
   std::vector<bool> bound(r.vars.size(), false), atom_done(r.atoms.size(), false),
       guard_done(r.guards.size(), false);
@@ -170,6 +179,7 @@ static std::vector<PlanStep> plan_for_seed(const EGraph& g, const Rule& r, size_
   add_atom(seed, PlanStep::Kind::Scan, -1);
   for (size_t k = 1; k < r.atoms.size(); ++k) {
     int best = -1, best_score = -1, best_key = -1;
+    size_t best_size = SIZE_MAX;
     PlanStep::Kind best_kind = PlanStep::Kind::Scan;
     for (size_t a = 0; a < r.atoms.size(); ++a) {
       if (atom_done[a]) continue;
@@ -192,7 +202,10 @@ static std::vector<PlanStep> plan_for_seed(const EGraph& g, const Rule& r, size_
           }
         (void)info;
       }
-      if (score > best_score) best = static_cast<int>(a), best_score = score, best_kind = kind, best_key = key;
+      if (score > best_score || (score == best_score && sizes[a] < best_size)) {
+        best = static_cast<int>(a), best_score = score, best_kind = kind, best_key = key;
+        best_size = sizes[a];
+      }
     }
     add_atom(static_cast<size_t>(best), best_kind, best_key);
   }
@@ -230,8 +243,28 @@ void EGraph::add_rule(Rule rule) {
     if (act.kind == Action::Kind::Let) bound[act.var] = true;
   }
   RuleState state;
+  {
+    std::vector<int> used;
+    for (const Action& act : rule.actions) {
+      term_vars(rule, act.a, used);
+      if (act.kind == Action::Kind::Union || act.kind == Action::Kind::Set) term_vars(rule, act.b, used);
+    }
+    std::sort(used.begin(), used.end());
+    used.erase(std::unique(used.begin(), used.end()), used.end());
+    for (int v : used) {
+      bool is_let = std::any_of(rule.actions.begin(), rule.actions.end(), [&](const Action& a) {
+        return a.kind == Action::Kind::Let && a.var == v;
+      });
+      if (!is_let) {
+        state.keep.push_back(v);
+        SortId sort = rule.vars[v].sort;
+        state.keep_is_class.push_back(sort != kInvalid && sorts_[sort].kind == ValueKind::Class);
+      }
+    }
+  }
+  std::vector<size_t> sizes(rule.atoms.size(), 0);
   for (size_t s = 0; s < std::max<size_t>(rule.atoms.size(), 1); ++s)
-    state.plans.push_back(plan_for_seed(*this, rule, s));
+    state.plans.push_back(plan_for_seed(*this, rule, s, sizes));
   // A guard whose variables no atom binds cannot be placed (e.g. a cycle of binds).
   size_t guards_placed = 0;
   for (const PlanStep& st : state.plans[0]) guards_placed += st.kind == PlanStep::Kind::Guard;
@@ -248,9 +281,9 @@ void EGraph::add_rule(Rule rule) {
 class Matcher {
  public:
   Matcher(EGraph& g, const Rule& rule, const std::vector<PlanStep>& plan, bool full,
-          uint32_t since, size_t limit, std::vector<Value>& out)
-      : g_(g), rule_(rule), plan_(plan), full_(full), since_(since), limit_(limit), out_(out),
-        env_(rule.vars.size()) {}
+          uint32_t since, size_t limit, const EGraph::RuleState& state, std::vector<uint32_t>& out)
+      : g_(g), rule_(rule), plan_(plan), full_(full), since_(since), limit_(limit), state_(state),
+        out_(out), env_(rule.vars.size()) {}
 
   size_t run() {
     step(0);
@@ -268,7 +301,16 @@ class Matcher {
     if (i == plan_.size()) {
       ++count_;
       if (count_ > limit_) return false;
-      out_.insert(out_.end(), env_.begin(), env_.end());
+      for (size_t k = 0; k < state_.keep.size(); ++k) {
+        const Value& v = env_[state_.keep[k]];
+        if (state_.keep_is_class[k]) {
+          out_.push_back(v.as_class());
+        } else {
+          out_.push_back(static_cast<uint32_t>(v.kind()));
+          out_.push_back(static_cast<uint32_t>(v.bits()));
+          out_.push_back(static_cast<uint32_t>(v.bits() >> 32));
+        }
+      }
       return true;
     }
     const PlanStep& st = plan_[i];
@@ -316,11 +358,11 @@ class Matcher {
       case PlanStep::Kind::ByClass: {
         const Atom& atom = rule_.atoms[st.index];
         ClassId c = env_[atom.vars[0]].as_class();
-        const auto& nodes = g_.classes_[c].nodes;
-        for (size_t k = 0; k < nodes.size(); ++k) {
-          const ENode& e = g_.nodes_[nodes[k]];
-          if (e.op != atom.id || e.flags || !stamp_ok(st.filter, e.stamp)) continue;
-          if (!try_node(i, st, nodes[k])) return false;
+        auto [lo, hi] = g_.op_range(g_.classes_[c].nodes, atom.id);
+        for (const NodeId* p = lo; p != hi; ++p) {
+          const ENode& e = g_.nodes_[*p];
+          if (e.flags || !stamp_ok(st.filter, e.stamp)) continue;
+          if (!try_node(i, st, *p)) return false;
         }
         return true;
       }
@@ -328,12 +370,12 @@ class Matcher {
         const Atom& atom = rule_.atoms[st.index];
         ClassId c = env_[atom.vars[st.key]].as_class();
         uint32_t child = g_.ops_[atom.id].slot[st.key - 1];
-        const auto& parents = g_.classes_[c].parents;
-        for (size_t k = 0; k < parents.size(); ++k) {
-          const ENode& e = g_.nodes_[parents[k]];
-          if (e.op != atom.id || e.flags || !stamp_ok(st.filter, e.stamp)) continue;
+        auto [lo, hi] = g_.op_range(g_.classes_[c].parents, atom.id);
+        for (const NodeId* p = lo; p != hi; ++p) {
+          const ENode& e = g_.nodes_[*p];
+          if (e.flags || !stamp_ok(st.filter, e.stamp)) continue;
           if (g_.child_store_[e.children + child] != c) continue;
-          if (!try_node(i, st, parents[k])) return false;
+          if (!try_node(i, st, *p)) return false;
         }
         return true;
       }
@@ -382,31 +424,37 @@ class Matcher {
   bool full_;
   uint32_t since_;
   size_t limit_;
-  std::vector<Value>& out_;
+  const EGraph::RuleState& state_;
+  std::vector<uint32_t>& out_;
   std::vector<Value> env_;
   size_t count_ = 0;
 };
 
-size_t EGraph::search_rule(uint32_t r, size_t limit, std::vector<Value>& matches) {
+size_t EGraph::search_rule(uint32_t r, size_t limit, bool naive, std::vector<uint32_t>& matches) {
   const Rule& rule = rules_[r];
   RuleState& state = rule_state_[r];
   if (rule.atoms.empty()) {  // a fact-free rule fires once
     if (state.since != 0) return 0;
-    return Matcher(*this, rule, state.plans[0], true, 0, limit, matches).run();
+    return Matcher(*this, rule, state.plans[0], true, 0, limit, state, matches).run();
   }
-  if (state.since == 0) {
+  // Plans are re-made from the current table sizes (never frozen on empty tables).
+  std::vector<size_t> sizes(rule.atoms.size());
+  for (size_t a = 0; a < rule.atoms.size(); ++a) {
+    const Atom& atom = rule.atoms[a];
+    sizes[a] = atom.is_function ? funcs_[atom.id].rows.size() : op_live_[atom.id];
+  }
+  if (state.since == 0 || naive) {
     // First search: no old rows, one full join seeded at the smallest table.
-    size_t seed = 0, best = SIZE_MAX;
-    for (size_t a = 0; a < rule.atoms.size(); ++a) {
-      const Atom& atom = rule.atoms[a];
-      size_t size = atom.is_function ? funcs_[atom.id].rows.size() : op_log_[atom.id].size();
-      if (size < best) best = size, seed = a;
-    }
-    return Matcher(*this, rule, state.plans[seed], true, 0, limit, matches).run();
+    size_t seed = std::min_element(sizes.begin(), sizes.end()) - sizes.begin();
+    if (sizes[seed] == 0) return 0;
+    state.plans[seed] = plan_for_seed(*this, rule, seed, sizes);
+    return Matcher(*this, rule, state.plans[seed], true, 0, limit, state, matches).run();
   }
   size_t total = 0;
   for (size_t seed = 0; seed < rule.atoms.size(); ++seed) {
-    total += Matcher(*this, rule, state.plans[seed], false, state.since, limit - std::min(limit, total), matches).run();
+    if (sizes[seed] == 0) return 0;  // an empty table: no match at all
+    state.plans[seed] = plan_for_seed(*this, rule, seed, sizes);
+    total += Matcher(*this, rule, state.plans[seed], false, state.since, limit - std::min(limit, total), state, matches).run();
     if (total > limit) break;
   }
   return total;
@@ -425,14 +473,19 @@ std::optional<Value> EGraph::eval_term(const Rule& rule, uint32_t t, std::vector
     case RuleTerm::Kind::Literal: return term.literal;
     default: break;
   }
-  Value args[16];
-  LUMINAL_ASSERT(term.args.size() <= 16, "term too wide");
-  for (size_t i = 0; i < term.args.size(); ++i) {
-    std::optional<Value> v = eval_term(rule, term.args[i], env, mutate);
+  // Arguments live on a scratch stack (no per-call arrays); popped on every exit.
+  size_t base = eval_stack_.size();
+  struct Pop {
+    std::vector<Value>& stack;
+    size_t base;
+    ~Pop() { stack.resize(base); }
+  } pop{eval_stack_, base};
+  for (uint32_t a : term.args) {
+    std::optional<Value> v = eval_term(rule, a, env, mutate);
     if (!v) return std::nullopt;
-    args[i] = *v;
+    eval_stack_.push_back(*v);
   }
-  std::span<const Value> span(args, term.args.size());
+  std::span<const Value> span(eval_stack_.data() + base, term.args.size());
   switch (term.kind) {
     case RuleTerm::Kind::Primitive: return prims_[term.id].second(span);
     case RuleTerm::Kind::Function: return get_function(term.id, span);
@@ -499,14 +552,28 @@ bool EGraph::run_action(const Rule& rule, const Action& act, std::vector<Value>&
   return true;
 }
 
-size_t EGraph::apply_rule(uint32_t r, const std::vector<Value>& matches, size_t count,
+size_t EGraph::apply_rule(uint32_t r, const std::vector<uint32_t>& matches, size_t count,
                           size_t node_limit) {
   const Rule& rule = rules_[r];
-  size_t width = rule.vars.size(), applied = 0;
-  std::vector<Value> env;
+  const RuleState& state = rule_state_[r];
+  size_t applied = 0, pos = 0;
+  std::vector<Value> env(rule.vars.size());
   for (size_t m = 0; m < count; ++m) {
-    if (live_nodes_ > node_limit) break;
-    env.assign(matches.begin() + m * width, matches.begin() + (m + 1) * width);
+    if (live_nodes_ > node_limit) {
+      // Over budget: part of it may be congruent duplicates (nodes built on stale
+      // children). Restore congruence and only give up if it is really spent.
+      rebuild();
+      if (live_nodes_ > node_limit) break;
+    }
+    for (size_t k = 0; k < state.keep.size(); ++k) {
+      if (state.keep_is_class[k]) {
+        env[state.keep[k]] = Value::cls(matches[pos++]);
+      } else {
+        env[state.keep[k]] = Value::from_bits(static_cast<ValueKind>(matches[pos]),
+                                              matches[pos + 1] | (uint64_t{matches[pos + 2]} << 32));
+        pos += 3;
+      }
+    }
     uint64_t before = version_;
     for (const Action& act : rule.actions)
       if (!run_action(rule, act, env)) break;
@@ -623,19 +690,19 @@ struct RunState {
       }
       members.push_back(r);
     }
-    std::vector<std::vector<Value>> matches(members.size());
     std::vector<size_t> counts(members.size(), 0);
     for (size_t k = 0; k < members.size(); ++k) {
       uint32_t r = members[k];
       auto& st = g.rule_state_[r];
       size_t limit = opt.backoff ? opt.match_limit << std::min<size_t>(st.times_banned, 40) : SIZE_MAX;
       auto t0 = Clock::now();
-      size_t n = g.search_rule(r, limit, matches[k]);
+      st.matches.clear();
+      size_t n = g.search_rule(r, limit, opt.naive, st.matches);
       double dt = seconds_since(t0);
       rules[r].search_s += dt;
       report.search_s += dt;
       if (n > limit) {  // egg's BackoffScheduler: drop the matches, ban, double both
-        matches[k].clear();
+        st.matches.clear();
         st.banned_until = iter + (opt.ban_length << std::min<size_t>(st.times_banned, 40));
         ++st.times_banned;
         ++rules[r].times_banned;
@@ -648,10 +715,19 @@ struct RunState {
       if (over_time()) break;
     }
     auto t1 = Clock::now();
+    bool cut = false;  // the node budget ran out mid-apply: stop after this iteration
     for (size_t k = 0; k < members.size(); ++k) {
+      if (g.live_nodes_ > opt.node_limit) {
+        g.rebuild();
+        cut |= g.live_nodes_ > opt.node_limit;
+      }
       auto t0 = Clock::now();
-      rules[members[k]].applications += g.apply_rule(members[k], matches[k], counts[k], opt.node_limit);
+      rules[members[k]].applications += g.apply_rule(members[k], g.rule_state_[members[k]].matches, counts[k], opt.node_limit);
       rules[members[k]].apply_s += seconds_since(t0);
+    }
+    if (g.live_nodes_ > opt.node_limit) {
+      g.rebuild();
+      cut |= g.live_nodes_ > opt.node_limit;
     }
     report.apply_s += seconds_since(t1);
     auto t2 = Clock::now();
@@ -665,7 +741,7 @@ struct RunState {
       changed = true;
     }
     last_changed = changed;
-    if (g.live_nodes_ > opt.node_limit) stop = StopReason::NodeLimit;
+    if (cut || g.live_nodes_ > opt.node_limit) stop = StopReason::NodeLimit;
     else if (over_time()) stop = StopReason::TimeLimit;
     return changed;
   }

@@ -75,6 +75,18 @@ TEST(TensorOps, GatherSymbolicRows) {
   EXPECT_EQ(rt.get_f32(y), (std::vector<float>{3, 6, 9, 12, 19}));
 }
 
+TEST(TensorOps, GatherSymbolicIndexFromStaticTable) {
+  Graph cx;
+  auto x = cx.tensor({6, 2});
+  auto idx = cx.tensor({Expression::var("seq"), 2}, DType::I64);
+  auto y = x.gather(0, idx).output();
+  auto rt = compile(cx);
+  rt.set_data(x, range_f(12));
+  rt.set_data(idx, {5, 0, 2, 2, 0, 5});
+  rt.execute({{"seq", 3}});
+  EXPECT_EQ(rt.get_f32(y), (std::vector<float>{10, 1, 4, 5, 0, 11}));
+}
+
 TEST(TensorOps, ScatterUsesLeadingPartOfSrc) {
   Graph cx;
   auto dest = cx.constant(0).expand({3, 5});
@@ -327,6 +339,18 @@ TEST(TensorOps, Topk) {
   EXPECT_EQ(rt.get_i64(j2), (std::vector<int64_t>{1, 3, 1, 2}));
   EXPECT_EQ(rt.get_i32(vi), (std::vector<int32_t>{4, 4, 4, 1, 2, 1}));
   EXPECT_EQ(rt.get_i64(ii), (std::vector<int64_t>{0, 1, 0, 1, 0, 1}));
+}
+
+TEST(TensorOps, TopkSymbolicLength) {
+  Graph cx;
+  auto x = cx.tensor({Expression::var("seq")});
+  auto [v, i] = x.topk(2);
+  v = v.output(), i = i.output();
+  auto rt = compile(cx);
+  rt.set_data(x, {0.5f, 3.f, -1.f, 7.f, 2.f});
+  rt.execute({{"seq", 5}});
+  EXPECT_EQ(rt.get_f32(v), (std::vector<float>{7, 3}));
+  EXPECT_EQ(rt.get_i64(i), (std::vector<int64_t>{3, 1}));
 }
 
 TEST(TensorOps, SortErrors) {

@@ -23,3 +23,8 @@ def luminal_bin() -> Path:
         pytest.skip(f"luminal CLI not found at {path}: build it (cmake --preset release && "
                     f"cmake --build build/release) or set LUMINAL_BIN")
     return path
+
+
+def pytest_configure(config):
+    # `slow` tests still run by default; deselect them with -m "not slow".
+    config.addinivalue_line("markers", "slow: long-running test (runs by default; -m 'not slow' skips it)")

@@ -1,0 +1,136 @@
+// Prefill + decode loop, sampling and timing.
+#include "luminal/models/generate.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <numeric>
+
+#include "luminal/error.hpp"
+
+namespace luminal::models {
+
+std::string default_model_dir() {
+  if (const char* env = std::getenv("LUMINAL_MODEL_DIR"); env && *env) return env;
+  return std::string(LUMINAL_SOURCE_DIR) + "/models/default";
+}
+
+int32_t sample_token(const std::vector<float>& logits, const SamplingOptions& o, std::mt19937_64& rng) {
+  LUMINAL_CHECK(!logits.empty(), "sample_token: empty logits");
+  LUMINAL_CHECK(o.temperature >= 0, "sampling: temperature must be >= 0, got ", o.temperature);
+  LUMINAL_CHECK(o.top_k >= 0, "sampling: top_k must be >= 0, got ", o.top_k);
+  LUMINAL_CHECK(o.top_p > 0 && o.top_p <= 1, "sampling: top_p must be in (0, 1], got ", o.top_p);
+  if (o.temperature == 0) {
+    // Greedy: the first maximum, as torch.argmax.
+    return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+  }
+  // Candidates sorted by logit (descending; ties by index for determinism).
+  std::vector<int32_t> idx(logits.size());
+  std::iota(idx.begin(), idx.end(), 0);
+  std::stable_sort(idx.begin(), idx.end(), [&](int32_t a, int32_t b) { return logits[a] > logits[b]; });
+  size_t keep = idx.size();
+  if (o.top_k > 0) keep = std::min(keep, static_cast<size_t>(o.top_k));
+  // Softmax of logits / temperature over the kept candidates.
+  const double m = logits[idx[0]] / o.temperature;
+  std::vector<double> p(keep);
+  double total = 0;
+  for (size_t i = 0; i < keep; ++i) total += p[i] = std::exp(logits[idx[i]] / o.temperature - m);
+  for (auto& v : p) v /= total;
+  if (o.top_p < 1) {
+    // Smallest prefix whose probability reaches top_p (at least one token).
+    double cum = 0;
+    size_t n = 0;
+    while (n < keep) {
+      cum += p[n++];
+      if (cum >= o.top_p) break;
+    }
+    keep = n;
+    p.resize(keep);
+  }
+  std::discrete_distribution<size_t> dist(p.begin(), p.end());
+  return idx[dist(rng)];
+}
+
+Generator::Generator(CausalLM model, std::unique_ptr<Runtime> runtime)
+    : model_(std::move(model)), runtime_(std::move(runtime)) {
+  auto t0 = std::chrono::steady_clock::now();
+  model_.load_weights(*runtime_);
+  load_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+Generator::Generator(Generator&&) noexcept = default;
+Generator& Generator::operator=(Generator&&) noexcept = default;
+Generator::~Generator() = default;
+
+std::vector<float> Generator::forward(const std::vector<int32_t>& ids) {
+  LUMINAL_CHECK(!ids.empty(), "forward: no tokens");
+  const auto s = static_cast<int64_t>(ids.size());
+  LUMINAL_CHECK(position_ + s <= model_.max_seq_len(), "forward: ", position_, " cached + ", s,
+                " new tokens exceed the KV cache of ", model_.max_seq_len(), " positions (max_seq_len)");
+  const int64_t vocab = model_.config().vocab_size;
+  for (int32_t id : ids)
+    LUMINAL_CHECK(id >= 0 && id < vocab, "forward: token id ", id, " outside the vocabulary [0, ", vocab, ")");
+  // set_tensor, not set_data: the graph's dims hold the compiler's representative values.
+  runtime_->set_tensor(model_.input_ids().id(), HostTensor::from<int32_t>(ids, DType::I32, {s}));
+  runtime_->execute({{"p", position_}, {"s", s}});
+  position_ += s;
+  return runtime_->get_f32(model_.logits());
+}
+
+GenerateResult Generator::generate(const std::vector<int32_t>& prompt, const GenerateOptions& o) {
+  using clock = std::chrono::steady_clock;
+  LUMINAL_CHECK(!prompt.empty(), "generate: empty prompt");
+  LUMINAL_CHECK(o.max_new_tokens >= 0, "generate: max_new_tokens must be >= 0");
+  GenerateResult r;
+  const std::vector<int32_t> stops = o.stop_tokens ? *o.stop_tokens : model_.config().eos_token_ids;
+  std::mt19937_64 rng(o.sampling.seed);
+  const int64_t vocab = model_.config().vocab_size;
+  reset();
+  const auto start = clock::now();
+  if (o.max_new_tokens == 0) {
+    r.stop_reason = "max_tokens";
+    return r;
+  }
+  std::vector<float> logits = forward(prompt);
+  r.prefill_seconds = std::chrono::duration<double>(clock::now() - start).count();
+  clock::time_point first_token_at;
+  while (true) {
+    // The last row holds the next-token distribution.
+    std::vector<float> row(logits.end() - vocab, logits.end());
+    int32_t tok = sample_token(row, o.sampling, rng);
+    if (o.record_logits) r.logits.push_back(std::move(row));
+    r.tokens.push_back(tok);
+    if (r.tokens.size() == 1) {
+      first_token_at = clock::now();
+      r.ttft_seconds = std::chrono::duration<double>(first_token_at - start).count();
+    }
+    bool go_on = !o.on_token || o.on_token(tok);
+    if (std::find(stops.begin(), stops.end(), tok) != stops.end()) {
+      r.stop_reason = "stop_token";
+      break;
+    }
+    if (!go_on) {
+      r.stop_reason = "callback";
+      break;
+    }
+    if (static_cast<int64_t>(r.tokens.size()) >= o.max_new_tokens) {
+      r.stop_reason = "max_tokens";
+      break;
+    }
+    if (position_ >= model_.max_seq_len()) {
+      r.stop_reason = "context";
+      break;
+    }
+    logits = forward({tok});
+  }
+  const auto end = clock::now();
+  r.total_seconds = std::chrono::duration<double>(end - start).count();
+  if (r.tokens.size() > 1) {
+    double decode = std::chrono::duration<double>(end - first_token_at).count();
+    r.tpot_seconds = decode / static_cast<double>(r.tokens.size() - 1);
+    r.decode_tokens_per_second = decode > 0 ? static_cast<double>(r.tokens.size() - 1) / decode : 0;
+  }
+  return r;
+}
+
+}  // namespace luminal::models
