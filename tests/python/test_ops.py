@@ -329,6 +329,32 @@ def gen_all():
     case("floor_div", "I64.neg", [torch.tensor([7, -7, 7, -7, 0, 6], dtype=torch.int64),
                                   torch.tensor([3, 3, -3, -3, 5, -4], dtype=torch.int64)],
          lambda v: torch.floor_divide(v[0], v[1]))
+    zden = torch.tensor([0.0, -0.0, 0.0, 0.0])
+    case("div", "F32.by_zero", [torch.tensor([1.0, 1.0, -2.0, 0.0]), zden], lambda v: v[0] / v[1])
+    case("div", "I32.by_zero", [torch.tensor([1, -1, 0], dtype=torch.int32), torch.zeros(3, dtype=torch.int32)],
+         lambda v: v[0] / v[1])
+    case("mod", "F32.by_zero", [torch.tensor([1.0, 1.0, -2.0, 0.0]), zden], lambda v: torch.remainder(v[0], v[1]))
+    case("mod", "F32.special_dividend", [special("F32"), torch.full((10,), 1.5)], lambda v: torch.remainder(v[0], v[1]))
+    case("mod", "F32.inf_divisor", [torch.tensor([1.5, -1.5, 0.0, -0.0]), torch.tensor([float("inf")] * 2 + [float("-inf")] * 2)],
+         lambda v: torch.remainder(v[0], v[1]))
+    case("floor_div", "F32.by_zero", [torch.tensor([1.0, 1.0, -2.0, 0.0]), zden], lambda v: torch.floor_divide(v[0], v[1]))
+    big = torch.tensor([2**60 + 7, -(2**60) - 3, 2**53 + 1, 123456789012345678, -5], dtype=torch.int64)
+    case("floor_div", "I64.large", [big, torch.tensor([3, 7, 2, 1000003, 2], dtype=torch.int64)],
+         lambda v: torch.floor_divide(v[0], v[1]))
+    case("mod", "I64.large", [big, torch.tensor([3, 7, 2, 1000003, 2], dtype=torch.int64)],
+         lambda v: torch.remainder(v[0], v[1]))
+    case("abs", "I64.large", [big], lambda v: v[0].abs())
+    case("sign", "I64.large", [big], lambda v: v[0].sign())
+    case("mul", "I64.wrap", [big, torch.tensor([16, 3, 5, 77, -9], dtype=torch.int64)], lambda v: v[0] * v[1])
+    case("max", "I64.large", [big.reshape(1, 5)], lambda v: torch.amax(v[0], dim=[1]), args={"axes": [1]})
+    case("min", "I64.large", [big.reshape(1, 5)], lambda v: torch.amin(v[0], dim=[1]), args={"axes": [1]})
+    case("cumsum", "I64.large", [big.reshape(1, 5)], lambda v: torch.cumsum(v[0], dim=1), args={"axis": 1})
+    case("sort", "I64.large", [big.reshape(1, 5)], lambda v: tuple(torch.sort(v[0], dim=-1, stable=True)))
+    case("clamp", "I64.large", [big], lambda v: torch.clamp(v[0], -(2**55), 2**55), args={"min": -(2**55), "max": 2**55})
+    case("pow", "I64.large_base", [torch.tensor([3, -3, 1000003, 7], dtype=torch.int64),
+                                   torch.tensor([39, 37, 3, 20], dtype=torch.int64)], lambda v: torch.pow(v[0], v[1]))
+    case("eq", "I64.large", [big, big + torch.tensor([0, 1, 1, 0, 0])], lambda v: torch.eq(v[0], v[1]))
+    case("cast", "I64->F32.large", [big], lambda v: v[0].to(torch.float32), args={"dtype": "F32"}, upcast=False)
     case("floor_div", "F32.special", [special("F32"), torch.full((10,), 2.0)], lambda v: torch.floor_divide(v[0], v[1]))
     gen_unary("neg", lambda v: -v[0], int_dtypes=("I32", "I64", "I8"))
     gen_unary("abs", lambda v: v[0].abs(), int_dtypes=("I32", "I64", "I8", "U8"))
@@ -460,6 +486,11 @@ def gen_all():
         return lambda x, axes, keepdim: fn(x, axes if axes else list(range(x.dim())), keepdim)
 
     gen_reduce("sum", red_all(lambda x, a, k: torch.sum(x, dim=a, keepdim=k)), int_dtypes=INTS)
+    case("sum", "F32.empty_axis", [torch.zeros((3, 0))], lambda v: torch.sum(v[0], dim=[1]), args={"axes": [1]})
+    case("mean", "F32.empty_axis", [torch.zeros((3, 0))], lambda v: torch.mean(v[0], dim=[1]), args={"axes": [1]})
+    case("prod", "F32.empty_axis", [torch.zeros((3, 0))], lambda v: torch.prod(v[0], dim=1), args={"axes": [1]})
+    case("softmax", "F32.size1_axis", [rnd((3, 1), "F32")], lambda v: torch.softmax(v[0], dim=1), args={"axis": 1})
+    case("cumsum", "F32.size1_axis", [rnd((3, 1), "F32")], lambda v: torch.cumsum(v[0], dim=1), args={"axis": 1})
     case("sum", "Bool.axis1", [rnd((4, 6), "Bool")], lambda v: torch.sum(v[0], dim=[1]), args={"axes": [1]})
     gen_reduce("mean", red_all(lambda x, a, k: torch.mean(x, dim=a, keepdim=k)))
     gen_reduce("max", red_all(lambda x, a, k: torch.amax(x, dim=a, keepdim=k)), int_dtypes=INTS)
