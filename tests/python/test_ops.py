@@ -510,6 +510,15 @@ def gen_all():
     for dt in ("I32", "I64"):
         case("prod", f"{dt}.axis1", [rnd((4, 5), dt, lo=-3, hi=4)], lambda v: prod_ref(v[0], [1], False),
              args={"axes": [1]})
+    case("prod", "I64.large", [torch.tensor([[1000003, 1000033, 999983], [-7, 11, 13]], dtype=torch.int64)],
+         lambda v: prod_ref(v[0], [1], False), args={"axes": [1]})
+    case("prod", "I32.exact", [torch.tensor([[97, 89, 83, 79], [-3, 5, -7, 11]], dtype=torch.int32)],
+         lambda v: prod_ref(v[0], [1], False), args={"axes": [1]})
+    case("prod", "I64.dynamic", [Inp(torch.tensor([[3, -5, 7, 11], [2, 2, 2, 2]], dtype=torch.int64), sym={1: "seq"})],
+         lambda v: prod_ref(v[0], [1], False), args={"axes": [1]})
+    case("prod", "I32.empty_axis_keepdim", [torch.zeros((2, 0), dtype=torch.int32)],
+         lambda v: torch.prod(v[0], dim=1, keepdim=True), args={"axes": [1], "keepdim": True})
+    case("prod", "I32.all", [rnd((2, 3), "I32", lo=-3, hi=4)], lambda v: prod_ref(v[0], [], False), args={"axes": []})
     case("prod", "F32.with_zero", [torch.tensor([[1.5, 0.0, -2.0], [-1.0, -3.0, 0.5]])],
          lambda v: prod_ref(v[0], [1], False), args={"axes": [1]})
     case("prod", "F32.all", [rnd((3, 4), "F32", "uniform", lo=0.5, hi=1.5)], lambda v: prod_ref(v[0], [], False),
@@ -608,6 +617,10 @@ def gen_all():
              tol_scale=3)
         case("std", f"{dt}.large", [rnd((3, 8), dt) * 300], lambda v: torch.std(v[0], dim=[1]), args={"axes": [1]},
              tol_scale=3)
+    case("layer_norm", "F32.constant_rows", [torch.tensor([[2.0] * 6, [0.0] * 6])], lambda v: F.layer_norm(v[0], (6,)),
+         args={"normalized_rank": 1})
+    case("rms_norm", "F32.zero_row", [torch.zeros((2, 6))], lambda v: F.rms_norm(v[0], (6,), eps=1e-6),
+         args={"normalized_rank": 1})
     case("layer_norm", "F32.plain", [rnd((2, 3, 8), "F32")], lambda v: F.layer_norm(v[0], (8,)),
          args={"normalized_rank": 1}, tol_scale=2)
     case("layer_norm", "F32.weight_only", [rnd((4, 6), "F32"), rnd((6,), "F32")],
