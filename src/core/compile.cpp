@@ -56,10 +56,14 @@ std::vector<std::pair<std::map<std::string, std::pair<int64_t, int64_t>>, DimMap
 }
 
 // Run `program` once on ones; nullopt-free result describes time or rejection.
-search::Evaluation profile_candidate(const Runtime& target, const Graph& program, const DimMap& dims,
+search::Evaluation profile_candidate(const Runtime& target, const Graph& candidate, const DimMap& dims,
                                      const CompileOptions& o, bool is_baseline) {
   search::Evaluation e;
   try {
+    // Every input persists while profiling, so all `trials` runs see the same data.
+    Graph program = candidate;
+    for (NodeId i = 0; i < program.size(); ++i)
+      if (program.node(i).op == OpKind::Input) program.mutable_node(i).persist = true;
     std::unique_ptr<Runtime> rt = target.fresh();
     std::vector<NodeId> ids(program.size());
     for (NodeId i = 0; i < program.size(); ++i) ids[i] = i;
@@ -193,7 +197,7 @@ void Graph::compile_into(Runtime& runtime, const CompileOptions& options) const 
   // 3. Load.
   t = clock_type::now();
   report.plans = static_cast<int64_t>(plans.size());
-  runtime.load_plans(std::move(plans));
+  runtime.load_plans(std::move(plans), uid());
   report.stitch_load_s = since(t);
   report.total_s = since(start);
   if (options.verbose_) {
