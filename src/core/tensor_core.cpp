@@ -187,9 +187,14 @@ GraphTensor GraphTensor::floor_div(const GraphTensor& b) const {
     GraphTensor q = ((x - x % y) / y).round();
     return where(y.eq(0.0), x / y, q);
   }
-  // Integers: (x - x mod y) is an exact multiple of y; divide in F64 and round.
-  GraphTensor exact = (x - x % y).cast(DType::F64) / y.cast(DType::F64);
-  return exact.round().cast(x.dtype());
+  // Integers: m = x - x mod y is an exact multiple of y. F64 holds 53 bits, so estimate the
+  // quotient in F64, then add the exact correction (m - q0*y) / y, a small integer.
+  GraphTensor m = (x - x % y).cast(DType::I64);
+  GraphTensor y64 = y.cast(DType::I64);
+  GraphTensor q0 = (m.cast(DType::F64) / y64.cast(DType::F64)).round().cast(DType::I64);
+  GraphTensor resid = m - q0 * y64;
+  GraphTensor q = q0 + (resid.cast(DType::F64) / y64.cast(DType::F64)).round().cast(DType::I64);
+  return q.cast(x.dtype());
 }
 
 GraphTensor GraphTensor::abs() const {
@@ -203,9 +208,21 @@ GraphTensor GraphTensor::sign() const {
 GraphTensor GraphTensor::pow(const GraphTensor& e) const {
   DType int_result = promote(dtype_, e.dtype());
   if (!is_float(int_result)) {
-    // Integer ** integer stays integer, as in torch: exact in F64 for the values ints hold.
-    GraphTensor r = cast(DType::F64).pow(e.cast(DType::F64)).round();
-    return r.cast(int_result == DType::Bool ? DType::I64 : int_result);
+    // Integer ** integer stays integer, as in torch, and wraps like repeated multiplication:
+    // square-and-multiply in I64 over the exponent's low 7 bits; exponents >= 128 (which
+    // overflow unless |base| <= 1) fall back to F64.
+    DType out = int_result == DType::Bool ? DType::I64 : int_result;
+    auto [b, ex] = broadcast_pair(cast(DType::I64), e.cast(DType::I64));
+    GraphTensor result = scalar_like(b, 1).expand(b.shape());
+    GraphTensor base = b, rem = ex;
+    for (int bit = 0; bit < 7; ++bit) {
+      GraphTensor low = rem % 2.0;
+      result = where(low.eq(1.0), result * base, result);
+      base = base * base;
+      rem = ((rem - low).cast(DType::F64) * 0.5).cast(DType::I64);  // exact: rem < 2^53 here
+    }
+    GraphTensor wide = b.cast(DType::F64).pow(ex.cast(DType::F64)).round().cast(DType::I64);
+    return where(ex.ge(128.0), wide, result).cast(out);
   }
   auto [x, y] = broadcast_pair(to_float(*this), to_float(e));
   // x^y = 2^(y*log2|x|), negated for negative x with odd integer y; NaN for negative x

@@ -60,15 +60,26 @@ GraphTensor GraphTensor::mean(std::vector<int> axes, bool keepdim) const {
 }
 
 GraphTensor GraphTensor::prod(std::vector<int> axes, bool keepdim) const {
+  if (!is_float(dtype_)) {
+    // Integers (torch: I64 result, exact, wrapping): a chain of Muls over each static
+    // reduced dim; a symbolic dim falls back to the F64 product (exact up to 2^53).
+    return reduce_axes(cast(DType::I64), std::move(axes), keepdim, "prod", [](const GraphTensor& t, int a) {
+      auto n = t.dim(a).as_constant();
+      if (!n || *n > 256) return t.cast(DType::F64).prod({a}, false).round().cast(DType::I64);
+      Shape out = t.shape();
+      out.erase(out.begin() + a);
+      GraphTensor acc = scalar_like(t, 1).expand(out);
+      for (int64_t i = 0; i < *n; ++i) acc = acc * t.slice(a, Expression(i), Expression(i + 1)).squeeze(a);
+      return acc;
+    });
+  }
   // Product = sign * 2^(sum log2|x|). A zero gives 2^-inf = 0, and a zero with an inf
   // gives 2^NaN = NaN, as 0 * inf in torch; NaN propagates.
-  GraphTensor x = to_float(*this);
+  GraphTensor x = *this;
   GraphTensor mag = x.abs().log2().sum(axes, keepdim).exp2();
   GraphTensor negatives = x.lt(0.0).cast(DType::I64).sum(axes, keepdim);
   GraphTensor sign = 1.0 - 2.0 * (negatives % 2.0).cast(x.dtype());
-  GraphTensor r = sign * mag;
-  if (!is_float(dtype_)) r = r.round().cast(dtype_ == DType::Bool ? DType::I64 : DType::I64);
-  return r;
+  return sign * mag;
 }
 
 GraphTensor GraphTensor::var(std::vector<int> axes, bool keepdim, int correction) const {

@@ -1,6 +1,6 @@
 // luminal_op_runner: runs a batch of single-op test cases on the ReferenceRuntime.
 //
-//   luminal_op_runner cases.json inputs.safetensors outputs.safetensors
+//   luminal_op_runner [--search] cases.json inputs.safetensors outputs.safetensors
 //
 // cases.json is a list of cases:
 //   {"id": "add.f32.bcast", "op": "add",
@@ -32,6 +32,8 @@ using json = nlohmann::json;
 using namespace luminal;
 
 namespace {
+
+bool g_search = false;  // --search: compile with the default CompileOptions
 
 using Ins = std::vector<GraphTensor>;
 using Outs = std::vector<GraphTensor>;
@@ -289,7 +291,12 @@ std::vector<std::pair<std::string, HostTensor>> run_case(const json& c, const Sa
   Outs outs = it->second(ins, args);
   std::vector<GraphTensor> marked;
   for (const auto& o : outs) marked.push_back(o.output());
-  auto rt = cx.compile(ReferenceRuntime{}, CompileOptions{});
+  // Default: no rewrite rules, so the program is the op's graph as built (through the
+  // lowering/extraction round trip). --search: the full default compile (rules + search).
+  CompileOptions options;
+  if (g_search) options.search_graph_limit(8).trials(1);  // a small search: enough to exercise rewrites
+  else options.rulesets({}).search_graph_limit(1);
+  auto rt = cx.compile(ReferenceRuntime{}, options);
   for (auto& [x, name] : sources) rt.set_data(x, inputs.read(name));
   rt.execute(dims);
   std::vector<std::pair<std::string, HostTensor>> result;
@@ -305,20 +312,25 @@ std::vector<std::pair<std::string, HostTensor>> run_case(const json& c, const Sa
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 4) {
-    std::cerr << "usage: luminal_op_runner cases.json inputs.safetensors outputs.safetensors\n";
+  std::vector<std::string> args(argv + 1, argv + argc);
+  if (!args.empty() && args[0] == "--search") {
+    g_search = true;
+    args.erase(args.begin());
+  }
+  if (args.size() != 3) {
+    std::cerr << "usage: luminal_op_runner [--search] cases.json inputs.safetensors outputs.safetensors\n";
     return 2;
   }
   json cases;
   {
-    std::ifstream f(argv[1]);
+    std::ifstream f(args[0]);
     if (!f) {
-      std::cerr << "cannot open " << argv[1] << "\n";
+      std::cerr << "cannot open " << args[0] << "\n";
       return 2;
     }
     f >> cases;
   }
-  SafetensorsFile inputs = SafetensorsFile::open(argv[2]);
+  SafetensorsFile inputs = SafetensorsFile::open(args[1]);
   std::map<std::string, HostTensor> outputs;
   int ok = 0, failed = 0;
   for (const auto& c : cases) {
@@ -341,7 +353,7 @@ int main(int argc, char** argv) {
                 << std::endl;
     }
   }
-  write_safetensors(argv[3], outputs);
+  write_safetensors(args[2], outputs);
   std::cerr << "luminal_op_runner: " << ok << " cases ran, " << failed << " raised\n";
   return 0;
 }
