@@ -128,8 +128,6 @@ class CausalLM {
   std::vector<std::string> weight_names_;
   int64_t max_seq_ = 0;
   bool all_logits_ = false;
-
-  friend struct TransformerBuilder;
 };
 
 namespace detail {
