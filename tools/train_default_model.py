@@ -86,7 +86,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--corpus", default="/usr/share/games/fortunes")
     ap.add_argument("--out", default="models/default")
-    ap.add_argument("--minutes", type=float, default=20.0, help="wall-clock budget for the LM training loop")
+    ap.add_argument("--minutes", type=float, default=12.0, help="wall-clock budget for the LM training loop")
     ap.add_argument("--steps", type=int, default=None,
                     help="fixed number of optimizer steps (default: as many as fit in --minutes)")
     ap.add_argument("--vocab", type=int, default=2048)
@@ -95,7 +95,7 @@ def main() -> None:
     ap.add_argument("--heads", type=int, default=4)
     ap.add_argument("--kv-heads", type=int, default=2)
     ap.add_argument("--seq", type=int, default=256)
-    ap.add_argument("--batch", type=int, default=16)
+    ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--lr", type=float, default=3e-3)
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--threads", type=int, default=2)

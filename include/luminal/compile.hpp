@@ -28,6 +28,7 @@ struct CompileReport {
   int64_t candidates = 0, rejected = 0;
   int64_t plans = 0;
   std::string egraph_stop;  // why saturation stopped (last segment)
+  std::vector<std::string> notes;
   std::string to_string() const;
 };
 

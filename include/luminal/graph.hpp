@@ -68,7 +68,7 @@ struct CompileOptions;
 
 class Graph {
  public:
-  Graph() = default;
+  Graph();
   Graph(const Graph&) = default;
   Graph& operator=(const Graph&) = default;
 
@@ -102,6 +102,9 @@ class Graph {
   std::vector<NodeId> outputs() const;  // Output nodes in creation order
   NodeId find_input(std::string_view label) const;  // kNoNode when absent
   std::string to_dot() const;           // Graphviz
+  // Identifies the graph a runtime was compiled from (copies share it), so tensors of
+  // another graph are rejected instead of silently aliasing node ids.
+  uint64_t uid() const { return uid_; }
 
   // ---- compiling ----
   // Lower, search and load this graph into `runtime`; returns it ready to execute.
@@ -115,6 +118,7 @@ class Graph {
  private:
   std::vector<Node> nodes_;
   DimMap dims_;
+  uint64_t uid_;
 };
 
 }  // namespace luminal

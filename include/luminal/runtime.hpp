@@ -48,7 +48,7 @@ class Runtime {
     Graph program;
     std::vector<NodeId> external_ids;
   };
-  void load_plans(std::vector<Plan> plans);
+  void load_plans(std::vector<Plan> plans, uint64_t source_graph_uid = 0);
   void execute(const DimMap& dims);
   // Time `trials` executions; stop early once `timeout` is exceeded.
   ProfileResult profile(const DimMap& dims, int trials, std::chrono::duration<double> timeout);
@@ -72,10 +72,11 @@ class Runtime {
   void set_data(const GraphTensor& t, std::initializer_list<int> values) {
     set_data(t, std::vector<int32_t>(values.begin(), values.end()));
   }
-  std::vector<float> get_f32(const GraphTensor& t) const { return get_tensor(t.id()).to_f32(); }
-  std::vector<double> get_f64(const GraphTensor& t) const { return get_tensor(t.id()).to_f64(); }
-  std::vector<int32_t> get_i32(const GraphTensor& t) const { return get_tensor(t.id()).to_i32(); }
-  std::vector<int64_t> get_i64(const GraphTensor& t) const { return get_tensor(t.id()).to_i64(); }
+  HostTensor get(const GraphTensor& t) const { check_graph(t); return get_tensor(t.id()); }
+  std::vector<float> get_f32(const GraphTensor& t) const { return get(t).to_f32(); }
+  std::vector<double> get_f64(const GraphTensor& t) const { return get(t).to_f64(); }
+  std::vector<int32_t> get_i32(const GraphTensor& t) const { return get(t).to_i32(); }
+  std::vector<int64_t> get_i64(const GraphTensor& t) const { return get(t).to_i64(); }
   std::vector<bool> get_bool(const GraphTensor& t) const;
 
   // Fill inputs from a safetensors file by matching Input labels to tensor names.
@@ -86,10 +87,12 @@ class Runtime {
 
  protected:
   virtual void run(const DimMap& dims) = 0;
+  void check_graph(const GraphTensor& t) const;
 
  private:
   std::vector<Plan> plans_;
   int active_plan_ = -1;
+  uint64_t source_uid_ = 0;
 };
 
 }  // namespace luminal

@@ -153,8 +153,8 @@ std::string onig_to_pcre2(std::string_view p) {
 Regex::Regex(std::string_view pattern, bool literal) {
   int err = 0;
   PCRE2_SIZE err_off = 0;
-  uint32_t opts = PCRE2_UTF | PCRE2_UCP;
-  if (literal) opts |= PCRE2_LITERAL;
+  // PCRE2_LITERAL does not combine with PCRE2_UCP (which only matters for classes anyway).
+  const uint32_t opts = literal ? (PCRE2_UTF | PCRE2_LITERAL) : (PCRE2_UTF | PCRE2_UCP);
   std::string pat = literal ? std::string(pattern) : onig_to_pcre2(pattern);
   pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pat.data()), pat.size(), opts, &err,
                                    &err_off, nullptr);

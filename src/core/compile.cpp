@@ -56,10 +56,14 @@ std::vector<std::pair<std::map<std::string, std::pair<int64_t, int64_t>>, DimMap
 }
 
 // Run `program` once on ones; nullopt-free result describes time or rejection.
-search::Evaluation profile_candidate(const Runtime& target, const Graph& program, const DimMap& dims,
+search::Evaluation profile_candidate(const Runtime& target, const Graph& candidate, const DimMap& dims,
                                      const CompileOptions& o, bool is_baseline) {
   search::Evaluation e;
   try {
+    // Every input persists while profiling, so all `trials` runs see the same data.
+    Graph program = candidate;
+    for (NodeId i = 0; i < program.size(); ++i)
+      if (program.node(i).op == OpKind::Input) program.mutable_node(i).persist = true;
     std::unique_ptr<Runtime> rt = target.fresh();
     std::vector<NodeId> ids(program.size());
     for (NodeId i = 0; i < program.size(); ++i) ids[i] = i;
@@ -125,7 +129,16 @@ search::SegmentProgram search_segment(const Graph& segment, const Runtime& targe
   std::vector<uint32_t> choices;
   for (const auto& opts : space.options) choices.push_back(static_cast<uint32_t>(opts.size()));
   search::Genome best(space.slots.size(), 0);
-  if (!space.slots.empty()) {
+  // Profiling needs a value for every dim; without one the baseline is kept.
+  std::string missing_dim;
+  for (const Node& n : segment.nodes())
+    for (const auto& d : n.shape)
+      for (const auto& v : d.variables())
+        if (!dims.count(v) && missing_dim.empty()) missing_dim = v;
+  if (!missing_dim.empty() && !space.slots.empty()) {
+    report.notes.push_back("search skipped: dimension '" + missing_dim +
+                           "' has no value at compile time (set_dim or dim_buckets)");
+  } else if (!space.slots.empty()) {
     const search::Genome baseline(space.slots.size(), 0);
     auto evaluate = [&](const search::Genome& g) {
       auto program = search::extract(lowered, space, g);
@@ -184,10 +197,13 @@ void Graph::compile_into(Runtime& runtime, const CompileOptions& options) const 
   // 3. Load.
   t = clock_type::now();
   report.plans = static_cast<int64_t>(plans.size());
-  runtime.load_plans(std::move(plans));
+  runtime.load_plans(std::move(plans), uid());
   report.stitch_load_s = since(t);
   report.total_s = since(start);
-  if (options.verbose_) std::fprintf(stderr, "%s\n", report.to_string().c_str());
+  if (options.verbose_) {
+    std::fprintf(stderr, "%s\n", report.to_string().c_str());
+    for (const auto& note : report.notes) std::fprintf(stderr, "  note: %s\n", note.c_str());
+  }
   if (options.report_) *options.report_ = report;
 }
 

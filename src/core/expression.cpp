@@ -515,7 +515,10 @@ Expression from_linear(const std::vector<Term>& terms, int64_t k) {
   return b_add(std::move(xs));
 }
 
+// gcd(|a|, |b|); 1 when either is INT64_MIN, so callers never normalise such terms
+// (dividing INT64_MIN by -1 is undefined).
 int64_t gcd_abs(int64_t a, int64_t b) {
+  if (a == kI64Min || b == kI64Min) return 1;
   uint64_t x = a < 0 ? 0 - static_cast<uint64_t>(a) : static_cast<uint64_t>(a);
   uint64_t y = b < 0 ? 0 - static_cast<uint64_t>(b) : static_cast<uint64_t>(b);
   uint64_t g = std::gcd(x, y);
@@ -681,7 +684,11 @@ Expression b_mul(std::vector<Expression> xs) {
       int64_t g = gcd_abs(0, l.k);
       for (const auto& t : l.terms) g = gcd_abs(g, t.coeff);
       if (g == 0) continue;
-      if (!l.terms.empty() && l.terms[0].coeff < 0) g = -g;
+      if (!l.terms.empty() && l.terms[0].coeff < 0) {
+        bool has_min = l.k == kI64Min;
+        for (const auto& t : l.terms) has_min |= t.coeff == kI64Min;
+        if (!has_min) g = -g;
+      }
       if (g == 1) continue;
       for (auto& t : l.terms) t.coeff /= g;
       f = from_linear(l.terms, l.k / g);
@@ -963,8 +970,10 @@ Expression b_minmax(ExprKind kind, std::vector<Expression> xs) {
 }
 
 // ---- comparisons ----
-// Normalised difference: d = a - b as terms, constant, divided by the gcd of the
-// term coefficients. `exact` reports whether the constant was divisible.
+// a < b is decided from the bounds of d = a - b when possible; otherwise it is
+// normalised to P < N + k (P: positive terms of d, N: negated negative terms), with
+// the term coefficients divided by their gcd g (T*g + k < 0 <=> T + floor(k/g) < 0).
+// Eq is normalised the same way, with the sign fixed by the first term.
 Expression b_lt(const Expression& a, const Expression& b) {
   Expression d = b_sub(a, b);
   if (auto v = const_of(d)) return num(*v < 0 ? 1 : 0);

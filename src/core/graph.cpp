@@ -1,5 +1,6 @@
 #include "luminal/graph.hpp"
 
+#include <atomic>
 #include <cmath>
 #include <sstream>
 
@@ -103,6 +104,11 @@ std::string_view op_name(OpKind op) { return info(op).name; }
 int op_arity(OpKind op) { return info(op).arity; }
 OpCategory op_category(OpKind op) { return info(op).category; }
 std::string_view op_summary(OpKind op) { return info(op).summary; }
+
+Graph::Graph() {
+  static std::atomic<uint64_t> next{1};
+  uid_ = next++;
+}
 
 NodeId Graph::add_node(Node node) {
   validate(*this, node);

@@ -7,8 +7,9 @@
 
 namespace luminal {
 
-void Runtime::load_plans(std::vector<Plan> plans) {
+void Runtime::load_plans(std::vector<Plan> plans, uint64_t source_graph_uid) {
   LUMINAL_ASSERT(!plans.empty(), "no plans");
+  source_uid_ = source_graph_uid;
   plans_ = std::move(plans);
   active_plan_ = 0;
   load(plans_[0].program, plans_[0].external_ids);
@@ -78,7 +79,13 @@ void Runtime::set_data(const GraphTensor& t, const std::vector<int32_t>& v) {
 void Runtime::set_data(const GraphTensor& t, const std::vector<int64_t>& v) {
   set_data(t, HostTensor::from<int64_t>(v, t.dtype()));
 }
+void Runtime::check_graph(const GraphTensor& t) const {
+  LUMINAL_CHECK(source_uid_ == 0 || t.graph().uid() == source_uid_,
+                "tensor ", t.id(), " belongs to a different graph than the one this runtime was compiled from");
+}
+
 void Runtime::set_data(const GraphTensor& t, HostTensor data) {
+  check_graph(t);
   LUMINAL_CHECK(t.graph().node(t.id()).op == OpKind::Input, "set_data: tensor ", t.id(), " is a ",
                 op_name(t.graph().node(t.id()).op), ", not an input");
   auto n = t.numel().try_eval(t.graph().dim_map());
@@ -89,7 +96,7 @@ void Runtime::set_data(const GraphTensor& t, HostTensor data) {
 }
 
 std::vector<bool> Runtime::get_bool(const GraphTensor& t) const {
-  auto v = get_tensor(t.id()).to_i64();
+  auto v = get(t).to_i64();
   return std::vector<bool>(v.begin(), v.end());
 }
 

@@ -9,8 +9,6 @@
 //   * scatter with duplicate indices: any one of the writes may win;
 //   * sorting is rank based (O(n^2) comparisons per sorted row). NaN sorts as the
 //     largest value (after +inf), as in PyTorch.
-#include <cmath>
-#include <limits>
 
 #include "tensor_internal.hpp"
 

@@ -68,10 +68,12 @@ OpId EGraph::declare_constructor(std::string_view name, std::vector<SortId> args
     info.slot.push_back(payload ? info.num_payloads++ : info.num_children++);
   }
   info.args = std::move(args);
+  info.small_key = info.num_children <= 2 && info.num_payloads == 0;
   OpId id = static_cast<OpId>(ops_.size());
   ops_.push_back(std::move(info));
   op_names_.emplace(std::string(name), id);
   op_log_.emplace_back();
+  op_live_.push_back(0);
   return id;
 }
 
@@ -158,23 +160,36 @@ bool EGraph::node_equals(NodeId n, OpId op, const ClassId* ch, const Value* pl) 
   return true;
 }
 
+EGraph::MemoSlot EGraph::memo_key(OpId op, const ClassId* ch, uint64_t h) const {
+  const OpInfo& info = ops_[op];
+  if (!info.small_key) return {0, op, static_cast<uint32_t>(h >> 32), 0};
+  return {0, op, info.num_children > 0 ? ch[0] : kInvalid, info.num_children > 1 ? ch[1] : kInvalid};
+}
+
 NodeId EGraph::memo_find(OpId op, const ClassId* ch, const Value* pl, uint64_t h) const {
   if (memo_.empty()) return kInvalid;
   size_t mask = memo_.size() - 1;
+  MemoSlot key = memo_key(op, ch, h);
+  bool exact = ops_[op].small_key;
   for (size_t i = h & mask;; i = (i + 1) & mask) {
-    uint32_t e = memo_[i];
-    if (e == kEmpty) return kInvalid;
-    if (e != kTomb && node_equals(e, op, ch, pl)) return e;
+    const MemoSlot& e = memo_[i];
+    if (e.node == kEmpty) return kInvalid;
+    if (e.node != kTomb && e.op == key.op && e.a == key.a && e.b == key.b &&
+        (exact || node_equals(e.node, op, ch, pl)))
+      return e.node;
   }
 }
 
 void EGraph::memo_insert(NodeId n, uint64_t h) {
   if ((memo_used_ + 1) * 4 > memo_.size() * 3) memo_grow();
   size_t mask = memo_.size() - 1;
+  MemoSlot key = memo_key(nodes_[n].op, child_store_.data() + nodes_[n].children, h);
+  key.node = n;
   for (size_t i = h & mask;; i = (i + 1) & mask) {
-    if (memo_[i] == kEmpty || memo_[i] == kTomb) {
-      if (memo_[i] == kEmpty) ++memo_used_;
-      memo_[i] = n;
+    uint32_t e = memo_[i].node;
+    if (e == kEmpty || e == kTomb) {
+      if (e == kEmpty) ++memo_used_;
+      memo_[i] = key;
       return;
     }
   }
@@ -183,23 +198,24 @@ void EGraph::memo_insert(NodeId n, uint64_t h) {
 void EGraph::memo_erase(NodeId n, uint64_t h) {
   size_t mask = memo_.size() - 1;
   for (size_t i = h & mask;; i = (i + 1) & mask) {
-    LUMINAL_ASSERT(memo_[i] != kEmpty, "hashcons lost node ", n);
-    if (memo_[i] == n) {
-      memo_[i] = kTomb;
+    uint32_t e = memo_[i].node;
+    LUMINAL_ASSERT(e != kEmpty, "hashcons lost node ", n);
+    if (e == n) {
+      memo_[i].node = kTomb;
       return;
     }
   }
 }
 
 void EGraph::memo_grow() {
-  std::vector<uint32_t> live;
-  for (uint32_t e : memo_)
-    if (e != kEmpty && e != kTomb) live.push_back(e);
+  std::vector<NodeId> live;
+  for (const MemoSlot& e : memo_)
+    if (e.node != kEmpty && e.node != kTomb) live.push_back(e.node);
   size_t cap = 1024;
   while (cap < live.size() * 3) cap *= 2;
-  memo_.assign(cap, kEmpty);
+  memo_.assign(cap, MemoSlot{kEmpty, 0, 0, 0});
   memo_used_ = 0;
-  for (uint32_t e : live) memo_insert(e, hash_node(e));
+  for (NodeId n : live) memo_insert(n, hash_node(n));
 }
 
 // ---------------------------------------------------------------- nodes and classes
@@ -264,6 +280,7 @@ ClassId EGraph::add(OpId op, std::span<const Value> args) {
       dirty_classes_.push_back(ch[i]);
     }
   op_log_[op].emplace_back(clock_, n);
+  ++op_live_[op];
   memo_insert(n, h);
   ++live_nodes_;
   ++live_classes_;
@@ -344,12 +361,17 @@ void EGraph::subsume(NodeId n) {
   ++version_;
 }
 
+void EGraph::kill_node(NodeId n) {
+  nodes_[n].flags |= kDead;
+  --live_nodes_;
+  --op_live_[nodes_[n].op];
+  dirty_classes_.push_back(find(nodes_[n].cls));
+}
+
 void EGraph::remove(NodeId n) {
   if (nodes_[n].flags & kDead) return;
   memo_erase(n, hash_node(n));
-  nodes_[n].flags |= kDead;
-  --live_nodes_;
-  dirty_classes_.push_back(find(nodes_[n].cls));
+  kill_node(n);
   ++version_;
 }
 
@@ -403,11 +425,12 @@ void EGraph::rebuild() {
         continue;
       }
       // Congruent to an existing node: keep the older one, merge their classes.
-      if (!(e.flags & kSubsumed)) nodes_[twin].flags &= static_cast<uint8_t>(~kSubsumed);
-      e.flags |= kDead;
-      --live_nodes_;
-      dirty_classes_.push_back(find(e.cls));
-      union_classes(e.cls, nodes_[twin].cls);
+      if (!(e.flags & kSubsumed) && (nodes_[twin].flags & kSubsumed)) {
+        nodes_[twin].flags &= static_cast<uint8_t>(~kSubsumed);
+        touch(twin);  // visible again: new matches may use it
+      }
+      kill_node(n);
+      union_classes(nodes_[n].cls, nodes_[twin].cls);
     }
     todo.clear();
     if (pending_nodes_.empty()) {
@@ -434,6 +457,16 @@ void EGraph::rebuild() {
   for (ClassId c : dirty_classes_)
     if (find(c) == c) compact_class(c);
   dirty_classes_.clear();
+  for (OpId op = 0; op < op_log_.size(); ++op) {
+    auto& log = op_log_[op];
+    if (log.size() <= 2 * size_t{op_live_[op]} + 64) continue;
+    log.erase(std::remove_if(log.begin(), log.end(),
+                             [&](const std::pair<uint32_t, NodeId>& entry) {
+                               const ENode& e = nodes_[entry.second];
+                               return e.stamp != entry.first || (e.flags & kDead);
+                             }),
+              log.end());
+  }
 }
 
 // ---------------------------------------------------------------- functions

@@ -71,13 +71,20 @@ void register_builtin_primitives(EGraph& g) {
   compare(">", [](const auto& x, const auto& y) { return x > y; });
   compare("<=", [](const auto& x, const auto& y) { return x <= y; });
   compare(">=", [](const auto& x, const auto& y) { return x >= y; });
-  g.register_primitive("=", [](Args a) -> std::optional<Value> {
+  // Equality is identity of values, except that a constant Expression equals the i64
+  // with its value, so `(= (expr-coeff ?s "z") 1)` reads naturally.
+  auto same = [](const Value& x, const Value& y) {
+    if (x.kind() == ValueKind::Expr && y.kind() == ValueKind::I64) return x.as_expr().as_constant() == y.as_i64();
+    if (x.kind() == ValueKind::I64 && y.kind() == ValueKind::Expr) return y.as_expr().as_constant() == x.as_i64();
+    return x == y;
+  };
+  g.register_primitive("=", [=](Args a) -> std::optional<Value> {
     if (a.size() != 2) return std::nullopt;
-    return Value::boolean(a[0] == a[1]);
+    return Value::boolean(same(a[0], a[1]));
   });
-  g.register_primitive("!=", [](Args a) -> std::optional<Value> {
+  g.register_primitive("!=", [=](Args a) -> std::optional<Value> {
     if (a.size() != 2) return std::nullopt;
-    return Value::boolean(!(a[0] == a[1]));
+    return Value::boolean(!same(a[0], a[1]));
   });
   g.register_primitive("and", [](Args a) -> std::optional<Value> {
     bool r = true;
@@ -248,7 +255,11 @@ void EGraph::add_rule(Rule rule) {
       bool is_let = std::any_of(rule.actions.begin(), rule.actions.end(), [&](const Action& a) {
         return a.kind == Action::Kind::Let && a.var == v;
       });
-      if (!is_let) state.keep.push_back(v);
+      if (!is_let) {
+        state.keep.push_back(v);
+        SortId sort = rule.vars[v].sort;
+        state.keep_is_class.push_back(sort != kInvalid && sorts_[sort].kind == ValueKind::Class);
+      }
     }
   }
   std::vector<size_t> sizes(rule.atoms.size(), 0);
@@ -270,8 +281,8 @@ void EGraph::add_rule(Rule rule) {
 class Matcher {
  public:
   Matcher(EGraph& g, const Rule& rule, const std::vector<PlanStep>& plan, bool full,
-          uint32_t since, size_t limit, const std::vector<int>& keep, std::vector<Value>& out)
-      : g_(g), rule_(rule), plan_(plan), full_(full), since_(since), limit_(limit), keep_(keep),
+          uint32_t since, size_t limit, const EGraph::RuleState& state, std::vector<uint32_t>& out)
+      : g_(g), rule_(rule), plan_(plan), full_(full), since_(since), limit_(limit), state_(state),
         out_(out), env_(rule.vars.size()) {}
 
   size_t run() {
@@ -290,7 +301,16 @@ class Matcher {
     if (i == plan_.size()) {
       ++count_;
       if (count_ > limit_) return false;
-      for (int v : keep_) out_.push_back(env_[v]);
+      for (size_t k = 0; k < state_.keep.size(); ++k) {
+        const Value& v = env_[state_.keep[k]];
+        if (state_.keep_is_class[k]) {
+          out_.push_back(v.as_class());
+        } else {
+          out_.push_back(static_cast<uint32_t>(v.kind()));
+          out_.push_back(static_cast<uint32_t>(v.bits()));
+          out_.push_back(static_cast<uint32_t>(v.bits() >> 32));
+        }
+      }
       return true;
     }
     const PlanStep& st = plan_[i];
@@ -404,37 +424,37 @@ class Matcher {
   bool full_;
   uint32_t since_;
   size_t limit_;
-  const std::vector<int>& keep_;
-  std::vector<Value>& out_;
+  const EGraph::RuleState& state_;
+  std::vector<uint32_t>& out_;
   std::vector<Value> env_;
   size_t count_ = 0;
 };
 
-size_t EGraph::search_rule(uint32_t r, size_t limit, bool naive, std::vector<Value>& matches) {
+size_t EGraph::search_rule(uint32_t r, size_t limit, bool naive, std::vector<uint32_t>& matches) {
   const Rule& rule = rules_[r];
   RuleState& state = rule_state_[r];
   if (rule.atoms.empty()) {  // a fact-free rule fires once
     if (state.since != 0) return 0;
-    return Matcher(*this, rule, state.plans[0], true, 0, limit, state.keep, matches).run();
+    return Matcher(*this, rule, state.plans[0], true, 0, limit, state, matches).run();
   }
   // Plans are re-made from the current table sizes (never frozen on empty tables).
   std::vector<size_t> sizes(rule.atoms.size());
   for (size_t a = 0; a < rule.atoms.size(); ++a) {
     const Atom& atom = rule.atoms[a];
-    sizes[a] = atom.is_function ? funcs_[atom.id].rows.size() : op_log_[atom.id].size();
+    sizes[a] = atom.is_function ? funcs_[atom.id].rows.size() : op_live_[atom.id];
   }
   if (state.since == 0 || naive) {
     // First search: no old rows, one full join seeded at the smallest table.
     size_t seed = std::min_element(sizes.begin(), sizes.end()) - sizes.begin();
     if (sizes[seed] == 0) return 0;
     state.plans[seed] = plan_for_seed(*this, rule, seed, sizes);
-    return Matcher(*this, rule, state.plans[seed], true, 0, limit, state.keep, matches).run();
+    return Matcher(*this, rule, state.plans[seed], true, 0, limit, state, matches).run();
   }
   size_t total = 0;
   for (size_t seed = 0; seed < rule.atoms.size(); ++seed) {
     if (sizes[seed] == 0) return 0;  // an empty table: no match at all
     state.plans[seed] = plan_for_seed(*this, rule, seed, sizes);
-    total += Matcher(*this, rule, state.plans[seed], false, state.since, limit - std::min(limit, total), state.keep, matches).run();
+    total += Matcher(*this, rule, state.plans[seed], false, state.since, limit - std::min(limit, total), state, matches).run();
     if (total > limit) break;
   }
   return total;
@@ -453,14 +473,19 @@ std::optional<Value> EGraph::eval_term(const Rule& rule, uint32_t t, std::vector
     case RuleTerm::Kind::Literal: return term.literal;
     default: break;
   }
-  Value args[16];
-  LUMINAL_ASSERT(term.args.size() <= 16, "term too wide");
-  for (size_t i = 0; i < term.args.size(); ++i) {
-    std::optional<Value> v = eval_term(rule, term.args[i], env, mutate);
+  // Arguments live on a scratch stack (no per-call arrays); popped on every exit.
+  size_t base = eval_stack_.size();
+  struct Pop {
+    std::vector<Value>& stack;
+    size_t base;
+    ~Pop() { stack.resize(base); }
+  } pop{eval_stack_, base};
+  for (uint32_t a : term.args) {
+    std::optional<Value> v = eval_term(rule, a, env, mutate);
     if (!v) return std::nullopt;
-    args[i] = *v;
+    eval_stack_.push_back(*v);
   }
-  std::span<const Value> span(args, term.args.size());
+  std::span<const Value> span(eval_stack_.data() + base, term.args.size());
   switch (term.kind) {
     case RuleTerm::Kind::Primitive: return prims_[term.id].second(span);
     case RuleTerm::Kind::Function: return get_function(term.id, span);
@@ -527,15 +552,28 @@ bool EGraph::run_action(const Rule& rule, const Action& act, std::vector<Value>&
   return true;
 }
 
-size_t EGraph::apply_rule(uint32_t r, const std::vector<Value>& matches, size_t count,
+size_t EGraph::apply_rule(uint32_t r, const std::vector<uint32_t>& matches, size_t count,
                           size_t node_limit) {
   const Rule& rule = rules_[r];
-  const std::vector<int>& keep = rule_state_[r].keep;
-  size_t width = keep.size(), applied = 0;
+  const RuleState& state = rule_state_[r];
+  size_t applied = 0, pos = 0;
   std::vector<Value> env(rule.vars.size());
   for (size_t m = 0; m < count; ++m) {
-    if (live_nodes_ > node_limit) break;
-    for (size_t k = 0; k < width; ++k) env[keep[k]] = matches[m * width + k];
+    if (live_nodes_ > node_limit) {
+      // Over budget: part of it may be congruent duplicates (nodes built on stale
+      // children). Restore congruence and only give up if it is really spent.
+      rebuild();
+      if (live_nodes_ > node_limit) break;
+    }
+    for (size_t k = 0; k < state.keep.size(); ++k) {
+      if (state.keep_is_class[k]) {
+        env[state.keep[k]] = Value::cls(matches[pos++]);
+      } else {
+        env[state.keep[k]] = Value::from_bits(static_cast<ValueKind>(matches[pos]),
+                                              matches[pos + 1] | (uint64_t{matches[pos + 2]} << 32));
+        pos += 3;
+      }
+    }
     uint64_t before = version_;
     for (const Action& act : rule.actions)
       if (!run_action(rule, act, env)) break;
@@ -679,12 +717,18 @@ struct RunState {
     auto t1 = Clock::now();
     bool cut = false;  // the node budget ran out mid-apply: stop after this iteration
     for (size_t k = 0; k < members.size(); ++k) {
-      cut |= g.live_nodes_ > opt.node_limit;
+      if (g.live_nodes_ > opt.node_limit) {
+        g.rebuild();
+        cut |= g.live_nodes_ > opt.node_limit;
+      }
       auto t0 = Clock::now();
       rules[members[k]].applications += g.apply_rule(members[k], g.rule_state_[members[k]].matches, counts[k], opt.node_limit);
       rules[members[k]].apply_s += seconds_since(t0);
     }
-    cut |= g.live_nodes_ > opt.node_limit;
+    if (g.live_nodes_ > opt.node_limit) {
+      g.rebuild();
+      cut |= g.live_nodes_ > opt.node_limit;
+    }
     report.apply_s += seconds_since(t1);
     auto t2 = Clock::now();
     g.rebuild();

@@ -107,17 +107,14 @@ void set_expression_printer(std::function<std::string(const Expression&)> printe
   in.printer = std::move(printer);
 }
 
-static std::string print_expr(const Expression& e, uint64_t id) {
+static std::string print_expr(const Expression& e) {
   std::function<std::string(const Expression&)> printer;
   {
     Interners& in = interners();
     std::lock_guard lock(in.mu);
     printer = in.printer;
   }
-  if (printer) return printer(e);
-  std::string s = "expr#";
-  s += std::to_string(id);
-  return s;
+  return printer ? printer(e) : e.to_string();
 }
 
 std::string Value::to_string() const {
@@ -135,13 +132,13 @@ std::string Value::to_string() const {
     }
     case ValueKind::Bool: return as_bool() ? "true" : "false";
     case ValueKind::String: s = "\""; s += as_string(); s += '"'; return s;
-    case ValueKind::Expr: s = "(expr "; s += print_expr(as_expr(), bits_); s += ')'; return s;
+    case ValueKind::Expr: s = "(expr "; s += print_expr(as_expr()); s += ')'; return s;
     case ValueKind::ExprList: {
       s = "[";
       auto xs = as_expr_list();
       for (size_t i = 0; i < xs.size(); ++i) {
         if (i) s += ", ";
-        s += print_expr(xs[i], bits_);
+        s += print_expr(xs[i]);
       }
       s += ']';
       return s;

@@ -110,14 +110,22 @@ SearchResult genetic_search(const std::vector<uint32_t>& choices, const CompileO
   Genome first(choices.size(), 0);
   seen.insert(genome_hash(first));
   bool viable = consider(first, genome_hash(first));
-  while (!viable) {
-    if (elapsed() > time_limit || report.candidates >= std::max<int64_t>(o.search_graph_limit_, 100))
-      fail("search: no viable candidate found (", report.candidates, " tried; first error: ",
-           report.first_rejection_detail, ")");
+  int64_t attempts = 0;
+  const int64_t max_attempts = std::max<int64_t>(o.search_graph_limit_, 10) * 100;
+  while (!viable && !mutable_slots.empty() && attempts++ < max_attempts && elapsed() <= time_limit &&
+         report.candidates < std::max<int64_t>(o.search_graph_limit_, 10)) {
     Genome g = random_genome();
     uint64_t h = genome_hash(g);
     if (!seen.insert(h).second) continue;
     viable = consider(g, h);
+  }
+  if (!viable) {
+    // Nothing could be profiled (e.g. the inputs cannot run on ones): keep the
+    // unrewritten program, which is correct by construction.
+    report.stop_reason = "no candidate could be profiled (" + report.first_rejection_detail + "); kept the baseline";
+    report.search_seconds = elapsed();
+    if (o.verbose_) std::fprintf(stderr, "%s\n", report.summary().c_str());
+    return {first, report};
   }
   report.first_seconds = report.best_seconds;
   progress(o, report);

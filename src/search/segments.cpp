@@ -46,12 +46,21 @@ bool same_layout(const Graph& a, const Graph& b) {
 
 std::optional<RepeatedBlock> find_repeated_block(const Graph& g, NodeId min_period) {
   const NodeId n = static_cast<NodeId>(g.size());
+  // A cheap per-node signature filters almost every pair before the full comparison.
+  std::vector<uint64_t> sig(n);
+  for (NodeId i = 0; i < n; ++i) {
+    const Node& node = g.node(i);
+    uint64_t h = static_cast<uint64_t>(node.op) * 0x9E3779B97F4A7C15ull ^ static_cast<uint64_t>(node.dtype) << 8 ^
+                 node.inputs.size() << 16;
+    for (const auto& d : node.shape) h = h * 31 + d.hash();
+    sig[i] = h;
+  }
   std::optional<RepeatedBlock> best;
   int64_t best_cover = 0;
   for (NodeId period = std::max<NodeId>(min_period, 1); period <= n / 2; ++period) {
     NodeId run_start = 0, run = 0;
     for (NodeId i = 0; i + period <= n; ++i) {
-      bool eq = i + period < n && g.node(i).op == g.node(i + period).op && same_role(g, i, i + period);
+      bool eq = i + period < n && sig[i] == sig[i + period] && same_role(g, i, i + period);
       if (eq) {
         if (run == 0) run_start = i;
         ++run;

@@ -164,6 +164,25 @@ def build_gpt2_prefix_space(d: Path) -> tuple[Path, list[str]]:
     return p, ["<mask>", "[SEP]", "<s>"]
 
 
+def build_split_behaviors(d: Path) -> tuple[Path, list[str]]:
+    """Every Split behaviour, String and Regex patterns, invert; then ByteLevel without regex."""
+    specials = ["<|endoftext|>"]
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split("-", behavior="merged_with_previous"),
+        pre_tokenizers.Split(Regex(r"\d+"), behavior="merged_with_next"),
+        pre_tokenizers.Split(Regex(r"[aeiou]"), behavior="contiguous"),
+        pre_tokenizers.Split(Regex(r"[^\s]+"), behavior="isolated", invert=True),
+        pre_tokenizers.Split(Regex(r"\t+"), behavior="removed"),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+    ])
+    tok.decoder = decoders.ByteLevel()
+    train(tok, specials, vocab=600)
+    p = d / "tokenizer.json"
+    tok.save(str(p))
+    return p, specials
+
+
 EXTRA_TEXTS = {
     "llama3": ["<|start_header_id|>user<|end_header_id|>\n\nHi there!<|eot_id|>"
                "<|start_header_id|>assistant<|end_header_id|>\n\n"],
@@ -181,13 +200,13 @@ def tokenizer_files(tmp_path_factory, repo_root) -> dict[str, tuple[Path, list[s
     if shipped.is_file():
         out["default"] = (shipped, ["<|begin_of_text|>", "<|end_of_text|>"])
     for name, build in [("llama3", build_llama3), ("qwen2", build_qwen2), ("gpt2", build_gpt2),
-                        ("gpt2_prefix", build_gpt2_prefix_space)]:
+                        ("gpt2_prefix", build_gpt2_prefix_space), ("splits", build_split_behaviors)]:
         d = tmp_path_factory.mktemp(name)
         out[name] = build(d)
     return out
 
 
-NAMES = ["default", "llama3", "qwen2", "gpt2", "gpt2_prefix"]
+NAMES = ["default", "llama3", "qwen2", "gpt2", "gpt2_prefix", "splits"]
 
 
 def run_cli(binary: Path, tok_path: Path, lines: list, *flags: str) -> list:
@@ -248,7 +267,7 @@ def test_round_trip(luminal_bin, tokenizer_files, name):
     ids = run_cli(luminal_bin, path, texts, "--no-special")
     back = run_cli(luminal_bin, path, ids, "--decode")
     for t, b in zip(texts, back):
-        if name == "gpt2_prefix":  # add_prefix_space inserts spaces that decoding keeps
+        if name in ("gpt2_prefix", "splits"):  # add_prefix_space adds spaces, "removed" drops tabs
             continue
         assert b == t
 

@@ -40,6 +40,7 @@ struct OpInfo {
   std::vector<SortId> args;            // declared argument sorts, in order
   std::vector<uint32_t> slot;          // arg i -> index among children or among payloads
   uint32_t num_children = 0, num_payloads = 0;
+  bool small_key = false;              // <= 2 children, no payloads: key fits a hashcons slot
   double cost = 1;
   bool unextractable = false;
 };
@@ -213,8 +214,11 @@ class EGraph {
   struct RuleState {
     uint32_t since = 0;                    // stamp of the last completed search
     std::vector<std::vector<PlanStep>> plans;   // one per seed atom
-    std::vector<int> keep;                 // the variables actions read: what a match stores
-    std::vector<Value> matches;            // reused between iterations
+    // A match stores only the variables the actions read, packed: a class variable
+    // takes one word, any other value three (kind, low bits, high bits).
+    std::vector<int> keep;
+    std::vector<uint8_t> keep_is_class;
+    std::vector<uint32_t> matches;         // reused between iterations
     size_t times_banned = 0, banned_until = 0;
     RuleReport report;
   };
@@ -233,12 +237,13 @@ class EGraph {
   void merge_analysis(ClassId into, ClassId from);
   void rebuild_functions();
   void compact_class(ClassId c);
+  void kill_node(NodeId n);
   Value make_analysis(uint32_t a, NodeId n) const;
   uint32_t function_row(FuncId f, std::span<const Value> args) const;
 
   // rules and runs (run.cpp)
-  size_t search_rule(uint32_t r, size_t limit, bool naive, std::vector<Value>& matches);
-  size_t apply_rule(uint32_t r, const std::vector<Value>& matches, size_t count, size_t node_limit);
+  size_t search_rule(uint32_t r, size_t limit, bool naive, std::vector<uint32_t>& matches);
+  size_t apply_rule(uint32_t r, const std::vector<uint32_t>& matches, size_t count, size_t node_limit);
   std::optional<Value> eval_term(const Rule& rule, uint32_t t, std::vector<Value>& env, bool mutate);
   bool run_action(const Rule& rule, const Action& a, std::vector<Value>& env);
   friend struct RunState;
@@ -263,9 +268,19 @@ class EGraph {
   std::vector<ENode> nodes_;
   std::vector<ClassId> child_store_;
   std::vector<Value> payload_store_;
-  std::vector<uint32_t> memo_;             // open addressing: node id or empty/tombstone
+  // Hashcons slots carry the key of nodes with at most two children and no payloads
+  // (op, child, child), so probes for them never touch the node; other nodes keep a
+  // 32-bit hash tag and are compared against the node.
+  struct MemoSlot { uint32_t node, op, a, b; };
+  MemoSlot memo_key(OpId op, const ClassId* ch, uint64_t h) const;
+  std::vector<MemoSlot> memo_;             // open addressing
+  std::vector<Value> eval_stack_;          // argument scratch for eval_term
   size_t memo_used_ = 0;                   // occupied incl. tombstones
-  std::vector<std::vector<std::pair<uint32_t, NodeId>>> op_log_;  // per op: (stamp, node)
+  // Per operator, (stamp, node) in stamp order: the operator index and the semi-naive
+  // delta. A restamped node appends a new entry; the old one goes stale (its stamp no
+  // longer matches the node's) and is dropped when stale entries outnumber live ones.
+  std::vector<std::vector<std::pair<uint32_t, NodeId>>> op_log_;
+  std::vector<uint32_t> op_live_;          // live nodes per operator
   std::vector<NodeId> pending_nodes_;      // parents of merged classes: re-canonicalise
   std::vector<ClassId> dirty_classes_;     // classes whose node/parent lists need compacting
   std::vector<NodeId> analysis_pending_;   // nodes whose make() must be recomputed

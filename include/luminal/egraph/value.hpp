@@ -42,6 +42,7 @@ class Value {
   const Expression& as_expr() const;
   std::span<const Expression> as_expr_list() const;
   uint64_t bits() const { return bits_; }
+  static Value from_bits(ValueKind k, uint64_t bits) { return Value(k, bits); }  // with bits()
 
   // Readable form: 3, 2.5, "s", true, e7 (class), expressions via the printer hook.
   std::string to_string() const;
@@ -59,8 +60,8 @@ class Value {
 // numbers, lexicographic for strings, intern order for Expressions and classes.
 bool value_less(const Value& a, const Value& b);
 
-// How Expression payloads are printed in dumps and extracted terms. The engine depends
-// only on the Expression header; the host installs `[](auto& e){ return e.to_string(); }`.
+// How Expression payloads are printed in dumps and extracted terms (default:
+// Expression::to_string()). Pass an empty function to restore the default.
 void set_expression_printer(std::function<std::string(const Expression&)> printer);
 
 }  // namespace luminal::egraph

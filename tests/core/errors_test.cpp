@@ -1,0 +1,116 @@
+// Bad user input must raise luminal::Error naming the problem, never crash.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <fstream>
+
+#include "luminal/luminal.hpp"
+#include "luminal/safetensors.hpp"
+
+using namespace luminal;
+
+namespace {
+std::string temp_file(const std::string& name, const std::string& bytes) {
+  std::string path = ::testing::TempDir() + "/" + name;
+  std::ofstream(path, std::ios::binary) << bytes;
+  return path;
+}
+
+std::string with_header(const std::string& json, const std::string& data) {
+  uint64_t n = json.size();
+  std::string out(reinterpret_cast<const char*>(&n), 8);
+  return out + json + data;
+}
+
+template <class F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "<no error>";
+}
+}  // namespace
+
+TEST(Errors, MalformedSafetensors) {
+  EXPECT_NE(error_of([] { SafetensorsFile::open("/nonexistent/x.safetensors"); }).find("cannot open"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { SafetensorsFile::open(temp_file("short.st", "abc")); }).find("too short"),
+            std::string::npos);
+  std::string huge(8, '\xff');
+  EXPECT_NE(error_of([&] { SafetensorsFile::open(temp_file("len.st", huge + "{}")); }).find("header"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { SafetensorsFile::open(temp_file("json.st", with_header("{not json", ""))); })
+                .find("malformed JSON"),
+            std::string::npos);
+  auto bad_offsets = with_header(R"({"w":{"dtype":"F32","shape":[2],"data_offsets":[0,64]}})", std::string(8, '\0'));
+  EXPECT_NE(error_of([&] { SafetensorsFile::open(temp_file("off.st", bad_offsets)); }).find("outside"),
+            std::string::npos);
+  auto bad_size = with_header(R"({"w":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", std::string(8, '\0'));
+  EXPECT_NE(error_of([&] { SafetensorsFile::open(temp_file("size.st", bad_size)); }).find("need"),
+            std::string::npos);
+  auto bad_dtype = with_header(R"({"w":{"dtype":"F7","shape":[1],"data_offsets":[0,4]}})", std::string(4, '\0'));
+  EXPECT_NE(error_of([&] { SafetensorsFile::open(temp_file("dt.st", bad_dtype)); }).find("dtype"),
+            std::string::npos);
+  auto missing = with_header(R"({"w":{"dtype":"F32","shape":[1]}})", std::string(4, '\0'));
+  EXPECT_NE(error_of([&] { SafetensorsFile::open(temp_file("miss.st", missing)); }).find("data_offsets"),
+            std::string::npos);
+}
+
+TEST(Errors, SafetensorsShapeMismatchAndMissingTensor) {
+  std::string path = ::testing::TempDir() + "/w.safetensors";
+  std::vector<float> v = {1, 2, 3, 4, 5, 6};
+  write_safetensors(path, {{"w", HostTensor::from<float>(v, DType::F32, {2, 3})}});
+  Graph cx;
+  auto w = cx.named_tensor("w", {3, 2}).persist();
+  auto out = (w * 2.0).output();
+  auto rt = cx.compile(ReferenceRuntime{}, CompileOptions{});
+  EXPECT_NE(error_of([&] { rt.load_safetensors(cx, path); }).find("has shape [2, 3] but the graph expects [3, 2]"),
+            std::string::npos);
+  Graph cx2;
+  cx2.named_tensor("other", {2}).persist();
+  auto rt2 = cx2.compile(ReferenceRuntime{}, CompileOptions{});
+  EXPECT_NE(error_of([&] { rt2.load_safetensors(cx2, path, /*allow_missing=*/false); }).find("'other' not found"),
+            std::string::npos);
+  // Loading converts dtypes: a BF16 input takes the F32 file.
+  Graph cx3;
+  auto w3 = cx3.named_tensor("w", {2, 3}, DType::BF16).persist();
+  auto o3 = w3.cast(DType::F32).output();
+  auto rt3 = cx3.compile(ReferenceRuntime{}, CompileOptions{});
+  EXPECT_EQ(rt3.load_safetensors(cx3, path), std::vector<std::string>{"w"});
+  rt3.execute(cx3.dim_map());
+  EXPECT_EQ(rt3.get_f32(o3), v);
+}
+
+TEST(Errors, ShapesAndAxes) {
+  Graph cx;
+  auto a = cx.tensor({2, 3});
+  auto b = cx.tensor({4, 3});
+  EXPECT_NE(error_of([&] { a + b; }).find("cannot broadcast shapes [2, 3] and [4, 3]"), std::string::npos);
+  EXPECT_NE(error_of([&] { a.permute({0, 0}); }).find("appears twice"), std::string::npos);
+  EXPECT_NE(error_of([&] { a.permute({0}); }).find("rank"), std::string::npos);
+  EXPECT_NE(error_of([&] { a.sum({2}); }).find("out of range"), std::string::npos);
+  EXPECT_NE(error_of([&] { a.matmul(b); }).find("inner dimensions"), std::string::npos);
+  EXPECT_NE(error_of([&] { a.reshape({4, 2}); }).find("cannot reshape"), std::string::npos);
+  EXPECT_NE(error_of([&] { a.expand({4, 3}); }).find("cannot expand"), std::string::npos);
+  EXPECT_NE(error_of([&] { a.squeeze(0); }).find(""), std::string::npos);  // torch: no-op, no error
+  EXPECT_NE(error_of([&] { (a + 1.0).persist(); }).find("only input tensors"), std::string::npos);
+}
+
+TEST(Errors, RuntimeMisuse) {
+  Graph cx;
+  auto seq = Expression::var("seq");
+  auto x = cx.tensor({seq, 2});
+  auto y = (x * 2.0).output();
+  auto rt = cx.compile(ReferenceRuntime{}, CompileOptions{});
+  EXPECT_NE(error_of([&] { rt.execute({{"seq", 2}}); }).find("has no data"), std::string::npos);
+  rt.set_data(x, {1.f, 2.f, 3.f});
+  EXPECT_NE(error_of([&] { rt.execute({}); }).find("dimension 'seq' has no value"), std::string::npos);
+  EXPECT_NE(error_of([&] { rt.execute({{"seq", 2}}); }).find("has 3 elements"), std::string::npos);
+  EXPECT_NE(error_of([&] { rt.get_f32(y); }).find("execute has not run"), std::string::npos);
+  EXPECT_NE(error_of([&] { cx.set_dim("z", 3); }).find("reserved"), std::string::npos);
+  Graph other;
+  auto z = other.tensor({2});
+  EXPECT_NE(error_of([&] { rt.set_data(z, {1.f, 2.f}); }).find("different graph"), std::string::npos);
+}
