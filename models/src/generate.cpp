@@ -82,7 +82,9 @@ GenerateResult Generator::generate(const std::vector<int32_t>& prompt, const Gen
   LUMINAL_CHECK(!prompt.empty(), "generate: empty prompt");
   LUMINAL_CHECK(o.max_new_tokens >= 0, "generate: max_new_tokens must be >= 0");
   GenerateResult r;
-  const std::vector<int32_t> stops = o.stop_tokens ? *o.stop_tokens : model_.config().eos_token_ids;
+  std::vector<int32_t> stops = o.stop_tokens;
+  if (o.stop_at_eos)
+    stops.insert(stops.end(), model_.config().eos_token_ids.begin(), model_.config().eos_token_ids.end());
   std::mt19937_64 rng(o.sampling.seed);
   const int64_t vocab = model_.config().vocab_size;
   reset();

@@ -105,7 +105,7 @@ TEST(KVCache, OneCompiledGraphServesManyPromptsAndLengths) {
   const Runtime* rt = &gen.runtime();
   GenerateOptions o;
   o.max_new_tokens = 6;
-  o.stop_tokens = std::vector<int32_t>{};
+  o.stop_at_eos = false;
   o.record_logits = true;
   GenerateResult a1 = gen.generate({kIds.begin(), kIds.begin() + 3}, o);
   GenerateResult b = gen.generate({kIds.begin(), kIds.begin() + 7}, o);
@@ -143,7 +143,7 @@ TEST(KVCache, ContextOverflowIsAnError) {
   // Generation stops at the end of the cache instead of failing.
   GenerateOptions o;
   o.max_new_tokens = 20;
-  o.stop_tokens = std::vector<int32_t>{};
+  o.stop_at_eos = false;
   GenerateResult r = gen.generate({1, 2, 3}, o);
   EXPECT_EQ(r.stop_reason, "context");
   EXPECT_EQ(r.tokens.size(), 4u);  // 3 + 3 cached positions, then the last token from the full cache
@@ -154,16 +154,16 @@ TEST(Generate, StopTokensCallbackAndSampling) {
   Generator gen = make_generator(dir.string());
   GenerateOptions o;
   o.max_new_tokens = 5;
-  o.stop_tokens = std::vector<int32_t>{};
+  o.stop_at_eos = false;
   GenerateResult greedy = gen.generate({4, 5, 6}, o);
   ASSERT_EQ(greedy.tokens.size(), 5u);
   // Stop on the second greedy token (included in the output).
-  o.stop_tokens = std::vector<int32_t>{greedy.tokens[1]};
+  o.stop_tokens = {greedy.tokens[1]};
   GenerateResult stopped = gen.generate({4, 5, 6}, o);
   EXPECT_EQ(stopped.stop_reason, "stop_token");
   EXPECT_EQ(stopped.tokens, std::vector<int32_t>(greedy.tokens.begin(), greedy.tokens.begin() + 2));
   // The streaming callback sees every token and can stop generation.
-  o.stop_tokens = std::vector<int32_t>{};
+  o.stop_tokens.clear();
   std::vector<int32_t> streamed;
   o.on_token = [&](int32_t t) {
     streamed.push_back(t);

@@ -37,9 +37,10 @@ int32_t sample_token(const std::vector<float>& logits, const SamplingOptions& op
 struct GenerateOptions {
   int64_t max_new_tokens = 48;
   SamplingOptions sampling;
-  // Stop when one of these is generated (it is included in the result). Empty: the
-  // model's eos ids (config.json / generation_config.json).
-  std::optional<std::vector<int32_t>> stop_tokens;
+  // Stop when one of these is generated (it is included in the result), or, with
+  // stop_at_eos, one of the model's eos ids (config.json / generation_config.json).
+  std::vector<int32_t> stop_tokens;
+  bool stop_at_eos = true;
   // Called with each new token as soon as it is chosen; return false to stop early.
   std::function<bool(int32_t token)> on_token;
   // Keep every step's logits row in the result (for tests and debugging).
