@@ -257,6 +257,39 @@ Buffer ReferenceRuntime::State::eval_sum_of_mul(const Node& sum, const DimMap& d
   Buffer out = Buffer::make(sum.dtype, static_cast<size_t>(total));
   bool fl = is_float(sum.dtype);
   std::vector<int64_t> full(vr.sizes.size()), scratch;
+  // Fast path (every matmul): the reduce reads the product buffer contiguously, so the
+  // product's multi-index is the reduce input's, and each operand's offset is a base
+  // plus one table lookup along the reduced axis. No padding on either operand.
+  bool direct = sum.inputs[0].view.is_contiguous() && sum.inputs[0].view.shape() == mul.shape && fl &&
+                is_float(a.dtype) && is_float(b.dtype) && va.base_valid && vb.base_valid &&
+                std::all_of(va.valid.begin(), va.valid.end(), [](const auto& v) { return v.empty(); }) &&
+                std::all_of(vb.valid.begin(), vb.valid.end(), [](const auto& v) { return v.empty(); });
+  if (direct) {
+    const double* pa_data = a.f.data();
+    const double* pb_data = b.f.data();
+    const int64_t* oa = va.offset[axis].data();
+    const int64_t* ob = vb.offset[axis].data();
+    const bool f32 = mul.dtype == DType::F32;
+    for_each_index(out_sizes, [&](int64_t flat, const int64_t* idx) {
+      int64_t base_a = va.base, base_b = vb.base;
+      for (size_t d = 0, j = 0; d < full.size(); ++d) {
+        if (static_cast<int>(d) == axis) continue;
+        base_a += va.offset[d][idx[j]];
+        base_b += vb.offset[d][idx[j]];
+        ++j;
+      }
+      double acc = 0;
+      if (f32) {
+        for (int64_t z = 0; z < k; ++z)
+          acc += static_cast<double>(static_cast<float>(pa_data[base_a + oa[z]] * pb_data[base_b + ob[z]]));
+      } else {
+        for (int64_t z = 0; z < k; ++z)
+          acc += round_to_float_dtype(pa_data[base_a + oa[z]] * pb_data[base_b + ob[z]], mul.dtype);
+      }
+      out.f[flat] = round_to_float_dtype(acc, sum.dtype);
+    });
+    return out;
+  }
   for_each_index(out_sizes, [&](int64_t flat, const int64_t* idx) {
     for (size_t d = 0, j = 0; d < full.size(); ++d) full[d] = static_cast<int>(d) == axis ? 0 : idx[j++];
     double accf = 0;
