@@ -150,6 +150,7 @@ struct ReferenceRuntime::State {
   std::vector<NodeId> external_ids;                  // program node -> user id
   std::unordered_map<NodeId, NodeId> program_of;     // user id -> program node
   std::vector<int> consumers;                        // per program node
+  std::vector<char> folded_mul;                      // Mul evaluated inside its only consumer, a SumReduce
   std::unordered_map<NodeId, Buffer> buffers;        // by program node
   bool loaded = false;
 
@@ -198,6 +199,7 @@ void ReferenceRuntime::load(const Graph& program, std::vector<NodeId> external_i
   s.external_ids = std::move(external_ids);
   s.program_of.clear();
   s.consumers.assign(program.size(), 0);
+  s.folded_mul.assign(program.size(), 0);
   s.buffers.clear();
   for (NodeId i = 0; i < program.size(); ++i) {
     const Node& n = s.program.node(i);
@@ -205,10 +207,13 @@ void ReferenceRuntime::load(const Graph& program, std::vector<NodeId> external_i
       LUMINAL_ASSERT(in.node < i, "program is not in topological order at node ", i);
       s.consumers[in.node]++;
     }
+    if (n.op == OpKind::SumReduce && s.program.node(n.inputs[0].node).op == OpKind::Mul)
+      s.folded_mul[n.inputs[0].node] = 1;  // confirmed below once all consumers are counted
     if ((n.op == OpKind::Input || n.op == OpKind::Output) && s.external_ids[i] != kNoNode) {
       s.program_of[s.external_ids[i]] = i;
     }
   }
+  for (NodeId i = 0; i < program.size(); ++i) s.folded_mul[i] = s.folded_mul[i] && s.consumers[i] == 1;
   s.loaded = true;
 }
 
@@ -504,16 +509,8 @@ void ReferenceRuntime::run(const DimMap& dims) {
       continue;
     }
     // A Mul consumed only by a SumReduce is folded into that reduce.
-    if (n.op == OpKind::Mul && s.consumers[i] == 1) {
-      bool folded = false;
-      for (NodeId j = i + 1; j < s.program.size() && !folded; ++j) {
-        const Node& c = s.program.node(j);
-        folded = c.op == OpKind::SumReduce && c.inputs[0].node == i;
-      }
-      if (folded) continue;
-    }
-    bool fold = n.op == OpKind::SumReduce && s.program.node(n.inputs[0].node).op == OpKind::Mul &&
-                s.consumers[n.inputs[0].node] == 1;
+    if (s.folded_mul[i]) continue;
+    bool fold = n.op == OpKind::SumReduce && s.folded_mul[n.inputs[0].node];
     s.buffers[i] = fold ? s.eval_sum_of_mul(n, dims) : s.eval_node(i, dims);
   }
   // Keep outputs and persisted inputs; apply state updates; drop the rest.
