@@ -542,6 +542,21 @@ Expression b_add(std::vector<Expression> xs) {
     if (base.node()->kind == ExprKind::Mul) return base.node()->kids;
     return {&base, 1};
   };
+  // A term with coefficient c and the factors in `factors` is divisible by `d` when d
+  // is a positive constant dividing c, or its symbolic factors are all in `factors`
+  // (they are then removed). Returns the coefficient left over.
+  auto divide_out = [&](int64_t c, const Expression& d, std::vector<Expression>& factors) -> std::optional<int64_t> {
+    if (auto n = const_of(d)) {
+      if (*n <= 0 || c % *n != 0) return std::nullopt;
+      return c / *n;
+    }
+    for (const auto& df : factors_of(d)) {
+      auto it = std::find(factors.begin(), factors.end(), df);
+      if (df.node()->kind == ExprKind::Num || it == factors.end()) return std::nullopt;
+      factors.erase(it);
+    }
+    return c;
+  };
   bool has_mod = false;
   for (const auto& t : merged)
     for (const auto& f : factors_of(t.base)) has_mod |= f.node()->kind == ExprKind::Mod;
@@ -591,22 +606,9 @@ Expression b_add(std::vector<Expression> xs) {
             const Expression& X = A.node()->kids[0];
             const Expression& D = A.node()->kids[1];
             std::vector<Expression> r2 = rest;
-            int64_t k = c;
-            if (auto n = const_of(D)) {
-              if (*n <= 0 || c % *n != 0) continue;
-              k = c / *n;
-            } else {
-              bool ok = true;
-              for (const auto& df : factors_of(D)) {
-                auto it = std::find(r2.begin(), r2.end(), df);
-                if (df.node()->kind == ExprKind::Num || it == r2.end()) {
-                  ok = false;
-                  break;
-                }
-                r2.erase(it);
-              }
-              if (!ok) continue;
-            }
+            auto kd = divide_out(c, D, r2);
+            if (!kd) continue;
+            int64_t k = *kd;
             std::vector<Expression> p2 = r2, w2 = r2;
             p2.insert(p2.end(), {b_mod(X, D), num(k)});
             w2.insert(w2.end(), {b_mod(X, b_mul({D, B})), num(k)});
@@ -616,22 +618,9 @@ Expression b_add(std::vector<Expression> xs) {
         }
         // From the division side: F*k*B*(A/B) + F*k*(A%B), where A%B may have been
         // canonicalised to a congruent numerator, e.g. (z*3 + 1)%2 -> (z + 1)%2.
-        int64_t k = c;
-        if (auto n = const_of(B)) {
-          if (*n <= 0 || c % *n != 0) continue;
-          k = c / *n;
-        } else {
-          bool ok = true;
-          for (const auto& bf : factors_of(B)) {
-            auto it = std::find(rest.begin(), rest.end(), bf);
-            if (bf.node()->kind == ExprKind::Num || it == rest.end()) {
-              ok = false;
-              break;
-            }
-            rest.erase(it);
-          }
-          if (!ok) continue;
-        }
+        auto kb = divide_out(c, B, rest);
+        if (!kb) continue;
+        int64_t k = *kb;
         std::vector<Expression> partner = rest, whole = rest;
         partner.insert(partner.end(), {b_mod(A, B), num(k)});
         whole.insert(whole.end(), {A, num(k)});
