@@ -963,6 +963,17 @@ Expression b_minmax(ExprKind kind, std::vector<Expression> xs) {
 // normalised to P < N + k (P: positive terms of d, N: negated negative terms), with
 // the term coefficients divided by their gcd g (T*g + k < 0 <=> T + floor(k/g) < 0).
 // Eq is normalised the same way, with the sign fixed by the first term.
+// A comparison of `sum(terms) + k` against 0, rewritten with positive coefficients on
+// both sides: positive terms on the left, negated terms and -k on the right.
+std::pair<Expression, Expression> split_sides(const Linear& l) {
+  std::vector<Term> pos, neg;
+  for (const auto& t : l.terms) {
+    if (t.coeff > 0) pos.push_back(t);
+    else neg.push_back({t.base, wrap_neg(t.coeff)});
+  }
+  return {from_linear(pos, 0), from_linear(neg, wrap_neg(l.k))};
+}
+
 Expression b_lt(const Expression& a, const Expression& b) {
   Expression d = b_sub(a, b);
   if (auto v = const_of(d)) return num(*v < 0 ? 1 : 0);
@@ -975,13 +986,7 @@ Expression b_lt(const Expression& a, const Expression& b) {
     for (auto& t : l.terms) t.coeff /= g;
     l.k = floor_div(l.k, g);  // t*g + k < 0  <=>  t + floor(k/g) < 0
   }
-  std::vector<Term> pos, neg;
-  for (const auto& t : l.terms) {
-    if (t.coeff > 0) pos.push_back(t);
-    else neg.push_back({t.base, wrap_neg(t.coeff)});
-  }
-  Expression lhs = from_linear(pos, 0);
-  Expression rhs = from_linear(neg, wrap_neg(l.k));
+  auto [lhs, rhs] = split_sides(l);
   if (g > 1) return b_lt(lhs, rhs);
   return finish(ExprKind::Lt, {lhs, rhs});
 }
@@ -1002,13 +1007,7 @@ Expression b_eq(const Expression& a, const Expression& b) {
     for (auto& t : l.terms) t.coeff = wrap_neg(t.coeff);
     l.k = wrap_neg(l.k);
   }
-  std::vector<Term> pos, neg;
-  for (const auto& t : l.terms) {
-    if (t.coeff > 0) pos.push_back(t);
-    else neg.push_back({t.base, wrap_neg(t.coeff)});
-  }
-  Expression lhs = from_linear(pos, 0);
-  Expression rhs = from_linear(neg, wrap_neg(l.k));
+  auto [lhs, rhs] = split_sides(l);
   if (g > 1) return b_eq(lhs, rhs);
   return finish(ExprKind::Eq, {lhs, rhs});
 }
