@@ -66,6 +66,7 @@ OpId EGraph::declare_constructor(std::string_view name, std::vector<SortId> args
     LUMINAL_CHECK(s < sorts_.size(), "constructor '", name, "': unknown argument sort");
     bool payload = sorts_[s].kind != ValueKind::Class;
     info.slot.push_back(payload ? info.num_payloads++ : info.num_children++);
+    info.kinds.push_back(sorts_[s].kind);
   }
   info.args = std::move(args);
   info.small_key = info.num_children <= 2 && info.num_payloads == 0;
@@ -171,17 +172,18 @@ NodeId EGraph::memo_find(OpId op, const ClassId* ch, const Value* pl, uint64_t h
   size_t mask = memo_.size() - 1;
   MemoSlot key = memo_key(op, ch, h);
   bool exact = ops_[op].small_key;
+  const MemoSlot* memo = memo_.data();
   for (size_t i = h & mask;; i = (i + 1) & mask) {
-    const MemoSlot& e = memo_[i];
+    const MemoSlot& e = memo[i];
     if (e.node == kEmpty) return kInvalid;
-    if (e.node != kTomb && e.op == key.op && e.a == key.a && e.b == key.b &&
+    if (e.op == key.op && e.a == key.a && e.b == key.b && e.node != kTomb &&
         (exact || node_equals(e.node, op, ch, pl)))
       return e.node;
   }
 }
 
 void EGraph::memo_insert(NodeId n, uint64_t h) {
-  if ((memo_used_ + 1) * 4 > memo_.size() * 3) memo_grow();
+  if ((memo_used_ + 1) * 2 > memo_.size()) memo_grow();  // linear probing: keep probes short
   size_t mask = memo_.size() - 1;
   MemoSlot key = memo_key(nodes_[n].op, child_store_.data() + nodes_[n].children, h);
   key.node = n;
@@ -212,7 +214,7 @@ void EGraph::memo_grow() {
   for (const MemoSlot& e : memo_)
     if (e.node != kEmpty && e.node != kTomb) live.push_back(e.node);
   size_t cap = 1024;
-  while (cap < live.size() * 3) cap *= 2;
+  while (cap < live.size() * 4) cap *= 2;
   memo_.assign(cap, MemoSlot{kEmpty, 0, 0, 0});
   memo_used_ = 0;
   for (NodeId n : live) memo_insert(n, hash_node(n));
@@ -259,9 +261,18 @@ ClassId EGraph::add(OpId op, std::span<const Value> args) {
       pl[info.slot[i]] = args[i];
     }
   }
+  return add_canonical(op, ch, pl);
+}
+
+ClassId EGraph::add_canonical(OpId op, const ClassId* ch, const Value* pl) {
   uint64_t h = hash_node(op, ch, pl);
   NodeId existing = memo_find(op, ch, pl, h);
   if (existing != kInvalid) return find(nodes_[existing].cls);
+  return add_new(op, ch, pl, h);
+}
+
+ClassId EGraph::add_new(OpId op, const ClassId* ch, const Value* pl, uint64_t h) {
+  const OpInfo& info = ops_[op];
 
   ClassId cls = static_cast<ClassId>(uf_.size());
   uf_.push_back(cls);
@@ -287,6 +298,34 @@ ClassId EGraph::add(OpId op, std::span<const Value> args) {
   ++version_;
   for (uint32_t a = 0; a < analyses_.size(); ++a) analysis_data_[a][cls] = make_analysis(a, n);
   return cls;
+}
+
+std::optional<ClassId> EGraph::construct(OpId op, const Value* args, bool mutate) {
+  const OpInfo& info = ops_[op];
+  size_t arity = info.kinds.size();
+  auto check = [&](size_t i) {
+    // Rule terms are sort-checked at load; only a primitive's result can be off.
+    LUMINAL_CHECK(args[i].kind() == info.kinds[i], info.name, " argument ", i + 1, " must be ",
+                  value_kind_name(info.kinds[i]), ", got ", value_kind_name(args[i].kind()));
+  };
+  ClassId ch[16];
+  NodeId n;
+  if (info.num_payloads == 0) {  // the common case: children only, in declared order
+    for (size_t i = 0; i < arity; ++i) check(i), ch[i] = find(args[i].as_class());
+    if (mutate) return add_canonical(op, ch, nullptr);
+    n = memo_find(op, ch, nullptr, hash_node(op, ch, nullptr));
+  } else {
+    Value pl[16];
+    for (size_t i = 0; i < arity; ++i) {
+      check(i);
+      if (info.kinds[i] == ValueKind::Class) ch[info.slot[i]] = find(args[i].as_class());
+      else pl[info.slot[i]] = args[i];
+    }
+    if (mutate) return add_canonical(op, ch, pl);
+    n = memo_find(op, ch, pl, hash_node(op, ch, pl));
+  }
+  if (n == kInvalid) return std::nullopt;
+  return find(nodes_[n].cls);
 }
 
 std::optional<NodeId> EGraph::lookup(OpId op, std::span<const Value> args) {

@@ -166,9 +166,24 @@ static std::vector<PlanStep> plan_for_seed(const EGraph& g, const Rule& r, size_
     st.index = static_cast<uint32_t>(a);
     st.key = key;
     st.filter = a < seed ? -1 : a == seed ? 1 : 0;
-    for (int v : r.atoms[a].vars) {
+    const Atom& atom = r.atoms[a];
+    for (int v : atom.vars) {
       st.bind.push_back(v >= 0 && !bound[v]);
       if (v >= 0) bound[v] = true;
+    }
+    if (!atom.is_function) {
+      for (size_t slot = 0; slot < atom.vars.size(); ++slot) {
+        if ((slot == 0 && kind == PlanStep::Kind::ByClass) || static_cast<int>(slot) == key) continue;
+        SlotOp op;
+        if (slot > 0) {
+          op.source = g.arg_is_payload(atom.id, slot - 1) ? SlotOp::Source::Payload : SlotOp::Source::Child;
+          op.index = g.op(atom.id).slot[slot - 1];
+        }
+        op.var = atom.vars[slot];
+        if (op.var < 0) op.mode = SlotOp::Mode::Literal, op.lit = atom.lits[slot];
+        else op.mode = st.bind[slot] ? SlotOp::Mode::Bind : SlotOp::Mode::Check;
+        st.slots.push_back(op);
+      }
     }
     steps.push_back(std::move(st));
     atom_done[a] = true;
@@ -260,6 +275,21 @@ void EGraph::add_rule(Rule rule) {
       }
     }
   }
+  for (const Guard& gd : rule.guards) compile_term(rule, gd.term, state.guards.emplace_back());
+  for (const Action& act : rule.actions) {
+    CompiledAction& c = state.actions.emplace_back();
+    c.kind = act.kind;
+    c.var = act.var;
+    const RuleTerm& target = rule.terms[act.a];
+    if (act.kind == Action::Kind::Set || act.kind == Action::Kind::Subsume || act.kind == Action::Kind::Delete) {
+      c.target = target.id;
+      c.target_is_function = target.kind == RuleTerm::Kind::Function;
+      for (uint32_t arg : target.args) compile_term(rule, arg, c.a);  // the target's arguments
+    } else {
+      compile_term(rule, act.a, c.a);
+    }
+    if (act.kind == Action::Kind::Union || act.kind == Action::Kind::Set) compile_term(rule, act.b, c.b);
+  }
   std::vector<size_t> sizes(rule.atoms.size(), 0);
   for (size_t s = 0; s < std::max<size_t>(rule.atoms.size(), 1); ++s)
     state.plans.push_back(plan_for_seed(*this, rule, s, sizes));
@@ -276,9 +306,11 @@ void EGraph::add_rule(Rule rule) {
 class Matcher {
  public:
   Matcher(EGraph& g, const Rule& rule, const std::vector<PlanStep>& plan, bool full,
-          uint32_t since, size_t limit, const EGraph::RuleState& state, std::vector<uint32_t>& out)
-      : g_(g), rule_(rule), plan_(plan), full_(full), since_(since), limit_(limit), state_(state),
-        out_(out), env_(rule.vars.size()) {}
+          uint32_t since, size_t limit, const EGraph::RuleState& state, EGraph::MatchBuffer& out)
+      : g_(g), rule_(rule), plan_(plan.data()), steps_(plan.size()), full_(full), since_(since),
+        limit_(limit), state_(state), out_(out), env_(rule.vars.size()) {
+    for (uint8_t c : state.keep_is_class) width_ += c ? 1 : 3;
+  }
 
   size_t run() {
     step(0);
@@ -286,40 +318,53 @@ class Matcher {
   }
 
  private:
-  bool stamp_ok(int8_t filter, uint32_t stamp) const {
-    if (full_ || filter == 0) return true;
-    return filter > 0 ? stamp >= since_ : stamp < since_;
+  // Semi-naive stamp window of a step: rows with stamp in [lo, lo + span).
+  struct Window {
+    uint32_t lo, span;
+    bool holds(uint32_t stamp) const { return stamp - lo < span; }
+  };
+  Window window(int8_t filter) const {
+    if (full_ || filter == 0) return {0, UINT32_MAX};
+    return filter > 0 ? Window{since_, UINT32_MAX - since_} : Window{0, since_};
+  }
+
+  void emit() {
+    uint32_t* w = out_.append(width_);
+    const int* keep = state_.keep.data();
+    const uint8_t* is_class = state_.keep_is_class.data();
+    for (size_t k = 0, n = state_.keep.size(); k < n; ++k) {
+      const Value& v = env_[keep[k]];
+      if (is_class[k]) {
+        *w++ = v.as_class();
+      } else {
+        *w++ = static_cast<uint32_t>(v.kind());
+        *w++ = static_cast<uint32_t>(v.bits());
+        *w++ = static_cast<uint32_t>(v.bits() >> 32);
+      }
+    }
   }
 
   // Returns false once the match limit is exceeded (the search is abandoned).
   bool step(size_t i) {
-    if (i == plan_.size()) {
-      ++count_;
-      if (count_ > limit_) return false;
-      for (size_t k = 0; k < state_.keep.size(); ++k) {
-        const Value& v = env_[state_.keep[k]];
-        if (state_.keep_is_class[k]) {
-          out_.push_back(v.as_class());
-        } else {
-          out_.push_back(static_cast<uint32_t>(v.kind()));
-          out_.push_back(static_cast<uint32_t>(v.bits()));
-          out_.push_back(static_cast<uint32_t>(v.bits() >> 32));
-        }
-      }
+    if (i == steps_) {
+      if (++count_ > limit_) return false;
+      emit();
       return true;
     }
     const PlanStep& st = plan_[i];
     switch (st.kind) {
       case PlanStep::Kind::Guard: {
         const Guard& gd = rule_.guards[st.index];
-        std::optional<Value> v = g_.eval_term(rule_, gd.term, env_, false);
-        if (!v) return true;
-        if (gd.bind < 0) return v->kind() == ValueKind::Bool && v->as_bool() ? step(i + 1) : true;
+        const EGraph::Code& code = state_.guards[st.index];
+        if (stack_.size() < code.size()) stack_.resize(code.size());
+        if (!g_.exec(code, env_.data(), false, stack_.data())) return true;
+        Value v = stack_[0];
+        if (gd.bind < 0) return v.kind() == ValueKind::Bool && v.as_bool() ? step(i + 1) : true;
         if (st.bind[0]) {
-          env_[gd.bind] = *v;
+          env_[gd.bind] = v;
           return step(i + 1);
         }
-        return env_[gd.bind] == *v ? step(i + 1) : true;
+        return env_[gd.bind] == v ? step(i + 1) : true;
       }
       case PlanStep::Kind::Lookup: {
         const Atom& atom = rule_.atoms[st.index];
@@ -334,18 +379,21 @@ class Matcher {
         const Atom& atom = rule_.atoms[st.index];
         if (atom.is_function) {
           const auto& rows = g_.funcs_[atom.id].rows;
+          Window w = window(st.filter);
           for (uint32_t r = 0; r < rows.size(); ++r)
-            if (rows[r].live && stamp_ok(st.filter, rows[r].stamp) && !try_row(i, st, r)) return false;
+            if (rows[r].live && w.holds(rows[r].stamp) && !try_row(i, st, r)) return false;
           return true;
         }
         const auto& log = g_.op_log_[atom.id];
         size_t start = 0;
         if (!full_ && st.filter > 0)
           start = std::lower_bound(log.begin(), log.end(), std::make_pair(since_, NodeId(0))) - log.begin();
+        Window w = window(st.filter);
+        const ENode* nodes = g_.nodes_.data();
         for (size_t k = start; k < log.size(); ++k) {
           auto [stamp, n] = log[k];
-          const ENode& e = g_.nodes_[n];
-          if (e.stamp != stamp || e.flags || !stamp_ok(st.filter, stamp)) continue;
+          const ENode& e = nodes[n];
+          if (e.stamp != stamp || e.flags || !w.holds(stamp)) continue;
           if (!try_node(i, st, n)) return false;
         }
         return true;
@@ -354,9 +402,11 @@ class Matcher {
         const Atom& atom = rule_.atoms[st.index];
         ClassId c = env_[atom.vars[0]].as_class();
         auto [lo, hi] = g_.op_range(g_.classes_[c].nodes, atom.id);
+        Window w = window(st.filter);
+        const ENode* nodes = g_.nodes_.data();
         for (const NodeId* p = lo; p != hi; ++p) {
-          const ENode& e = g_.nodes_[*p];
-          if (e.flags || !stamp_ok(st.filter, e.stamp)) continue;
+          const ENode& e = nodes[*p];
+          if (e.flags || !w.holds(e.stamp)) continue;
           if (!try_node(i, st, *p)) return false;
         }
         return true;
@@ -366,10 +416,12 @@ class Matcher {
         ClassId c = env_[atom.vars[st.key]].as_class();
         uint32_t child = g_.ops_[atom.id].slot[st.key - 1];
         auto [lo, hi] = g_.op_range(g_.classes_[c].parents, atom.id);
+        Window w = window(st.filter);
+        const ENode* nodes = g_.nodes_.data();
+        const ClassId* children = g_.child_store_.data();
         for (const NodeId* p = lo; p != hi; ++p) {
-          const ENode& e = g_.nodes_[*p];
-          if (e.flags || !stamp_ok(st.filter, e.stamp)) continue;
-          if (g_.child_store_[e.children + child] != c) continue;
+          const ENode& e = nodes[*p];
+          if (e.flags || !w.holds(e.stamp) || children[e.children + child] != c) continue;
           if (!try_node(i, st, *p)) return false;
         }
         return true;
@@ -389,15 +441,22 @@ class Matcher {
   }
 
   bool try_node(size_t i, const PlanStep& st, NodeId n) {
-    const Atom& atom = rule_.atoms[st.index];
     const ENode& e = g_.nodes_[n];
-    const OpInfo& info = g_.ops_[e.op];
-    if (!unify(atom, st, 0, Value::cls(e.cls))) return true;
-    for (size_t a = 0; a < info.args.size(); ++a) {
-      Value v = g_.sorts_[info.args[a]].kind == ValueKind::Class
-                    ? Value::cls(g_.child_store_[e.children + info.slot[a]])
-                    : g_.payload_store_[e.payloads + info.slot[a]];
-      if (!unify(atom, st, a + 1, v)) return true;
+    const ClassId* ch = g_.child_store_.data() + e.children;
+    const Value* pl = g_.payload_store_.data() + e.payloads;
+    for (const SlotOp& s : st.slots) {
+      Value v = s.source == SlotOp::Source::Class   ? Value::cls(e.cls)
+                : s.source == SlotOp::Source::Child ? Value::cls(ch[s.index])
+                                                    : pl[s.index];
+      switch (s.mode) {
+        case SlotOp::Mode::Bind: env_[s.var] = v; break;
+        case SlotOp::Mode::Check:
+          if (!(env_[s.var] == v)) return true;
+          break;
+        case SlotOp::Mode::Literal:
+          if (!(s.lit == v)) return true;
+          break;
+      }
     }
     return step(i + 1);
   }
@@ -406,7 +465,7 @@ class Matcher {
     const Atom& atom = rule_.atoms[st.index];
     const auto& t = g_.funcs_[atom.id];
     const auto& row = t.rows[r];
-    if (!stamp_ok(st.filter, row.stamp)) return true;
+    if (!window(st.filter).holds(row.stamp)) return true;
     if (!unify(atom, st, 0, row.out)) return true;
     for (size_t s = 1; s < atom.vars.size(); ++s)
       if (!unify(atom, st, s, t.keys[row.key + s - 1])) return true;
@@ -415,17 +474,28 @@ class Matcher {
 
   EGraph& g_;
   const Rule& rule_;
-  const std::vector<PlanStep>& plan_;
+  const PlanStep* plan_;
+  size_t steps_;
   bool full_;
   uint32_t since_;
   size_t limit_;
   const EGraph::RuleState& state_;
-  std::vector<uint32_t>& out_;
+  EGraph::MatchBuffer& out_;
+  size_t width_ = 0;               // words per match
   std::vector<Value> env_;
+  std::vector<Value> stack_;       // guard evaluation
   size_t count_ = 0;
 };
 
-size_t EGraph::search_rule(uint32_t r, size_t limit, bool naive, std::vector<uint32_t>& matches) {
+void EGraph::MatchBuffer::reserve(size_t words) {
+  if (words <= capacity) return;
+  std::unique_ptr<uint32_t[]> bigger(new uint32_t[words]);  // uninitialised: only written words are read
+  std::copy(data.get(), data.get() + size, bigger.get());
+  data = std::move(bigger);
+  capacity = words;
+}
+
+size_t EGraph::search_rule(uint32_t r, size_t limit, bool naive, MatchBuffer& matches) {
   const Rule& rule = rules_[r];
   RuleState& state = rule_state_[r];
   if (rule.atoms.empty()) {  // a fact-free rule fires once
@@ -457,89 +527,87 @@ size_t EGraph::search_rule(uint32_t r, size_t limit, bool naive, std::vector<uin
 
 // ---------------------------------------------------------------- actions
 
-std::optional<Value> EGraph::eval_term(const Rule& rule, uint32_t t, std::vector<Value>& env,
-                                       bool mutate) {
+void EGraph::compile_term(const Rule& rule, uint32_t t, Code& out) const {
   const RuleTerm& term = rule.terms[t];
+  Instr in;
   switch (term.kind) {
-    case RuleTerm::Kind::Var: {
-      Value v = env[term.var];
-      return v.kind() == ValueKind::Class ? Value::cls(find(v.as_class())) : v;
-    }
-    case RuleTerm::Kind::Literal: return term.literal;
-    default: break;
+    case RuleTerm::Kind::Var: in.op = Instr::Op::Var, in.var = term.var; break;
+    case RuleTerm::Kind::Literal: in.op = Instr::Op::Lit, in.lit = term.literal; break;
+    case RuleTerm::Kind::Primitive: in.op = Instr::Op::Prim; break;
+    case RuleTerm::Kind::Constructor: in.op = Instr::Op::Cons; break;
+    case RuleTerm::Kind::Function: in.op = Instr::Op::Func; break;
   }
-  // Arguments live on a scratch stack (no per-call arrays); popped on every exit.
-  size_t base = eval_stack_.size();
-  struct Pop {
-    std::vector<Value>& stack;
-    size_t base;
-    ~Pop() { stack.resize(base); }
-  } pop{eval_stack_, base};
-  for (uint32_t a : term.args) {
-    std::optional<Value> v = eval_term(rule, a, env, mutate);
-    if (!v) return std::nullopt;
-    eval_stack_.push_back(*v);
-  }
-  std::span<const Value> span(eval_stack_.data() + base, term.args.size());
-  switch (term.kind) {
-    case RuleTerm::Kind::Primitive: return prims_[term.id].second(span);
-    case RuleTerm::Kind::Function: return get_function(term.id, span);
-    case RuleTerm::Kind::Constructor: {
-      if (mutate) return Value::cls(add(term.id, span));
-      std::optional<NodeId> n = lookup(term.id, span);
-      if (!n) return std::nullopt;
-      return Value::cls(find(nodes_[*n].cls));
-    }
-    default: return std::nullopt;
-  }
+  for (uint32_t a : term.args) compile_term(rule, a, out);
+  LUMINAL_ASSERT(term.args.size() <= UINT8_MAX, "term with ", term.args.size(), " arguments");
+  in.nargs = static_cast<uint8_t>(term.args.size());
+  in.id = term.id;
+  out.push_back(in);
 }
 
-// Runs one action; false aborts the remaining actions of this match (a primitive or a
-// function lookup had no value).
-bool EGraph::run_action(const Rule& rule, const Action& act, std::vector<Value>& env) {
-  auto eval_args = [&](uint32_t t, std::vector<Value>& out) {
-    for (uint32_t a : rule.terms[t].args) {
-      std::optional<Value> v = eval_term(rule, a, env, true);
-      if (!v) return false;
-      out.push_back(*v);
+Value* EGraph::exec(const Code& code, const Value* env, bool mutate, Value* sp) {
+  for (const Instr& in : code) {
+    if (in.op == Instr::Op::Var) {
+      Value v = env[in.var];
+      *sp++ = v.kind() == ValueKind::Class ? Value::cls(find(v.as_class())) : v;
+      continue;
     }
-    return true;
-  };
+    if (in.op == Instr::Op::Lit) {
+      *sp++ = in.lit;
+      continue;
+    }
+    Value* args = sp - in.nargs;
+    sp = args + 1;
+    if (in.op == Instr::Op::Cons) {
+      std::optional<ClassId> c = construct(in.id, args, mutate);
+      if (!c) return nullptr;
+      *args = Value::cls(*c);
+      continue;
+    }
+    std::span<const Value> span(args, in.nargs);
+    std::optional<Value> r = in.op == Instr::Op::Prim ? prims_[in.id].second(span) : get_function(in.id, span);
+    if (!r) return nullptr;
+    *args = *r;
+  }
+  return sp;
+}
+
+std::optional<Value> EGraph::eval_term(const Rule& rule, uint32_t t, std::vector<Value>& env,
+                                       bool mutate) {
+  Code code;
+  compile_term(rule, t, code);
+  std::vector<Value> stack(code.size());
+  if (!exec(code, env.data(), mutate, stack.data())) return std::nullopt;
+  return stack[0];
+}
+
+// Runs one action with `stack` as scratch (room for its code); false aborts the
+// remaining actions of this match (a primitive or a function lookup had no value).
+bool EGraph::run_action(const CompiledAction& act, std::vector<Value>& env, Value* stack) {
+  Value* top = exec(act.a, env.data(), true, stack);
+  if (!top) return false;
   switch (act.kind) {
-    case Action::Kind::Let: {
-      std::optional<Value> v = eval_term(rule, act.a, env, true);
-      if (!v) return false;
-      env[act.var] = *v;
-      return true;
-    }
-    case Action::Kind::Build: return eval_term(rule, act.a, env, true).has_value();
+    case Action::Kind::Let: env[act.var] = stack[0]; return true;
+    case Action::Kind::Build: return true;
     case Action::Kind::Union: {
-      std::optional<Value> a = eval_term(rule, act.a, env, true);
-      std::optional<Value> b = a ? eval_term(rule, act.b, env, true) : std::nullopt;
-      if (!a || !b) return false;
-      if (a->kind() == ValueKind::Class && b->kind() == ValueKind::Class)
-        union_classes(a->as_class(), b->as_class());
+      if (!exec(act.b, env.data(), true, top)) return false;
+      if (stack[0].kind() == ValueKind::Class && top[0].kind() == ValueKind::Class)
+        union_classes(stack[0].as_class(), top[0].as_class());
       return true;
     }
     case Action::Kind::Set: {
-      std::vector<Value> args;
-      if (!eval_args(act.a, args)) return false;
-      std::optional<Value> v = eval_term(rule, act.b, env, true);
-      if (!v) return false;
-      set_function(rule.terms[act.a].id, args, *v);
+      if (!exec(act.b, env.data(), true, top)) return false;
+      set_function(act.target, std::span<const Value>(stack, top), *top);
       return true;
     }
     case Action::Kind::Subsume:
     case Action::Kind::Delete: {
-      const RuleTerm& target = rule.terms[act.a];
-      std::vector<Value> args;
-      if (!eval_args(act.a, args)) return false;
-      if (target.kind == RuleTerm::Kind::Function) {
-        remove_function(target.id, args);
+      std::span<const Value> args(stack, top);
+      if (act.target_is_function) {
+        remove_function(act.target, args);
         return true;
       }
-      if (act.kind == Action::Kind::Subsume) add(target.id, args);
-      if (std::optional<NodeId> n = lookup(target.id, args))
+      if (act.kind == Action::Kind::Subsume) add(act.target, args);
+      if (std::optional<NodeId> n = lookup(act.target, args))
         act.kind == Action::Kind::Subsume ? subsume(*n) : remove(*n);
       return true;
     }
@@ -547,12 +615,14 @@ bool EGraph::run_action(const Rule& rule, const Action& act, std::vector<Value>&
   return true;
 }
 
-size_t EGraph::apply_rule(uint32_t r, const std::vector<uint32_t>& matches, size_t count,
-                          size_t node_limit) {
+size_t EGraph::apply_rule(uint32_t r, const uint32_t* matches, size_t count, size_t node_limit) {
   const Rule& rule = rules_[r];
   const RuleState& state = rule_state_[r];
   size_t applied = 0, pos = 0;
   std::vector<Value> env(rule.vars.size());
+  size_t room = 0;
+  for (const CompiledAction& act : state.actions) room = std::max(room, act.a.size() + act.b.size());
+  std::vector<Value> stack(room);
   for (size_t m = 0; m < count; ++m) {
     if (live_nodes_ > node_limit) {
       // Over budget: part of it may be congruent duplicates (nodes built on stale
@@ -570,8 +640,8 @@ size_t EGraph::apply_rule(uint32_t r, const std::vector<uint32_t>& matches, size
       }
     }
     uint64_t before = version_;
-    for (const Action& act : rule.actions)
-      if (!run_action(rule, act, env)) break;
+    for (const CompiledAction& act : state.actions)
+      if (!run_action(act, env, stack.data())) break;
     applied += version_ != before;
   }
   return applied;
@@ -665,6 +735,7 @@ struct RunState {
   Clock::time_point start = Clock::now();
   std::optional<StopReason> stop = {};
   bool last_changed = false;
+  EGraph::MatchBuffer matches = {};  // reused by every iteration
 
   bool over_time() const { return seconds_since(start) > opt.time_limit_s; }
 
@@ -685,19 +756,21 @@ struct RunState {
       }
       members.push_back(r);
     }
-    std::vector<size_t> counts(members.size(), 0);
+    // All rules' matches of this iteration, back to back: rule k's start at offsets[k].
+    matches.size = 0;
+    std::vector<size_t> counts(members.size(), 0), offsets(members.size(), 0);
     for (size_t k = 0; k < members.size(); ++k) {
       uint32_t r = members[k];
       auto& st = g.rule_state_[r];
       size_t limit = opt.backoff ? opt.match_limit << std::min<size_t>(st.times_banned, 40) : SIZE_MAX;
       auto t0 = Clock::now();
-      st.matches.clear();
-      size_t n = g.search_rule(r, limit, opt.naive, st.matches);
+      offsets[k] = matches.size;
+      size_t n = g.search_rule(r, limit, opt.naive, matches);
       double dt = seconds_since(t0);
       rules[r].search_s += dt;
       report.search_s += dt;
       if (n > limit) {  // egg's BackoffScheduler: drop the matches, ban, double both
-        st.matches.clear();
+        matches.size = offsets[k];
         st.banned_until = iter + (opt.ban_length << std::min<size_t>(st.times_banned, 40));
         ++st.times_banned;
         ++rules[r].times_banned;
@@ -717,7 +790,7 @@ struct RunState {
         cut |= g.live_nodes_ > opt.node_limit;
       }
       auto t0 = Clock::now();
-      rules[members[k]].applications += g.apply_rule(members[k], g.rule_state_[members[k]].matches, counts[k], opt.node_limit);
+      rules[members[k]].applications += g.apply_rule(members[k], matches.data.get() + offsets[k], counts[k], opt.node_limit);
       rules[members[k]].apply_s += seconds_since(t0);
     }
     if (g.live_nodes_ > opt.node_limit) {

@@ -9,10 +9,12 @@
 // The engine knows nothing about tensors. See docs/EGRAPH.md for the design.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -39,6 +41,7 @@ struct OpInfo {
   SortId sort = kInvalid;              // the datatype this constructor builds
   std::vector<SortId> args;            // declared argument sorts, in order
   std::vector<uint32_t> slot;          // arg i -> index among children or among payloads
+  std::vector<ValueKind> kinds;        // arg i -> the kind its value must have
   uint32_t num_children = 0, num_payloads = 0;
   bool small_key = false;              // <= 2 children, no payloads: key fits a hashcons slot
   double cost = 1;
@@ -211,14 +214,33 @@ class EGraph {
     std::unordered_map<size_t, std::vector<uint32_t>> index;  // key hash -> rows
     bool has_classes = false;
   };
+  // A term compiled to postfix code, run on a value stack: guards and actions are
+  // evaluated once per match, so they must not walk the term tree or allocate.
+  struct Instr {
+    enum class Op : uint8_t { Var, Lit, Prim, Cons, Func };
+    Op op = Op::Lit;
+    uint8_t nargs = 0;
+    int32_t var = -1;                      // Var
+    uint32_t id = 0;                       // Prim / Cons (OpId) / Func (FuncId)
+    Value lit;                             // Lit
+  };
+  using Code = std::vector<Instr>;
+  struct CompiledAction {
+    Action::Kind kind = Action::Kind::Build;
+    int var = -1;                          // Let
+    uint32_t target = 0;                   // Set / Subsume / Delete: the op or function id
+    bool target_is_function = false;
+    Code a, b;                             // Set/Subsume/Delete: `a` pushes the target's arguments
+  };
   struct RuleState {
     uint32_t since = 0;                    // stamp of the last completed search
     std::vector<std::vector<PlanStep>> plans;   // one per seed atom
+    std::vector<Code> guards;              // per guard
+    std::vector<CompiledAction> actions;
     // A match stores only the variables the actions read, packed: a class variable
     // takes one word, any other value three (kind, low bits, high bits).
     std::vector<int> keep;
     std::vector<uint8_t> keep_is_class;
-    std::vector<uint32_t> matches;         // reused between iterations
     size_t times_banned = 0, banned_until = 0;
   };
   struct Hashcons;
@@ -240,11 +262,37 @@ class EGraph {
   Value make_analysis(uint32_t a, NodeId n) const;
   uint32_t function_row(FuncId f, std::span<const Value> args) const;
 
+  // The node (op, children, payloads) with canonical children: the existing one's
+  // class, or a new node in a new class. Arguments are trusted (add() validates).
+  ClassId add_canonical(OpId op, const ClassId* ch, const Value* pl);
+  ClassId add_new(OpId op, const ClassId* ch, const Value* pl, uint64_t h);  // not in the hashcons
+
+  // The matches of one iteration, as packed words; grows without zero-filling.
+  struct MatchBuffer {
+    std::unique_ptr<uint32_t[]> data;
+    size_t size = 0, capacity = 0;
+    uint32_t* append(size_t words) {
+      if (size + words > capacity) reserve(std::max(2 * capacity, size + words + 4096));
+      uint32_t* at = data.get() + size;
+      size += words;
+      return at;
+    }
+    void reserve(size_t words);
+  };
+
   // rules and runs (run.cpp)
-  size_t search_rule(uint32_t r, size_t limit, bool naive, std::vector<uint32_t>& matches);
-  size_t apply_rule(uint32_t r, const std::vector<uint32_t>& matches, size_t count, size_t node_limit);
+  size_t search_rule(uint32_t r, size_t limit, bool naive, MatchBuffer& matches);
+  size_t apply_rule(uint32_t r, const uint32_t* matches, size_t count, size_t node_limit);
+  void compile_term(const Rule& rule, uint32_t t, Code& out) const;
+  // Runs `code` with its results pushed from `sp` (room for code.size() values);
+  // returns the new top, or nullptr when a primitive, a function or (without
+  // `mutate`) a constructor lookup has no value.
+  Value* exec(const Code& code, const Value* env, bool mutate, Value* sp);
+  // The class of the node op(args) (args in declared order): added when `mutate`,
+  // otherwise looked up (nullopt when absent).
+  std::optional<ClassId> construct(OpId op, const Value* args, bool mutate);
   std::optional<Value> eval_term(const Rule& rule, uint32_t t, std::vector<Value>& env, bool mutate);
-  bool run_action(const Rule& rule, const Action& a, std::vector<Value>& env);
+  bool run_action(const CompiledAction& a, std::vector<Value>& env, Value* stack);
   friend struct RunState;
 
   // signature
@@ -273,7 +321,6 @@ class EGraph {
   struct MemoSlot { uint32_t node, op, a, b; };
   MemoSlot memo_key(OpId op, const ClassId* ch, uint64_t h) const;
   std::vector<MemoSlot> memo_;             // open addressing
-  std::vector<Value> eval_stack_;          // argument scratch for eval_term
   size_t memo_used_ = 0;                   // occupied incl. tombstones
   // Per operator, (stamp, node) in stamp order: the operator index and the semi-naive
   // delta. A restamped node appends a new entry; the old one goes stale (its stamp no

@@ -78,6 +78,18 @@ struct Rule {
   std::vector<Action> actions;
 };
 
+// How one slot of a constructor row meets the match: read from the row's class, a
+// child or a payload, then bind a variable, check it, or check a literal.
+struct SlotOp {
+  enum class Source : uint8_t { Class, Child, Payload };
+  enum class Mode : uint8_t { Bind, Check, Literal };
+  Source source = Source::Class;
+  Mode mode = Mode::Bind;
+  uint32_t index = 0;        // child or payload index
+  int var = -1;
+  Value lit;
+};
+
 // One step of a compiled join plan (built by EGraph::add_rule, one plan per seed atom).
 struct PlanStep {
   enum class Kind : uint8_t {
@@ -92,6 +104,9 @@ struct PlanStep {
   int key = -1;
   int8_t filter = 0;         // semi-naive: -1 rows older than the last search, +1 newer, 0 any
   std::vector<uint8_t> bind; // per slot: 1 = this step binds the variable, 0 = checks it
+  // Constructor atoms: the slots to read, without the one the index already fixed
+  // (a ByClass step's class, a ByChild step's key child).
+  std::vector<SlotOp> slots;
 };
 
 }  // namespace luminal::egraph
