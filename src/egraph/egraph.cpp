@@ -222,19 +222,6 @@ void EGraph::memo_grow() {
 
 // ---------------------------------------------------------------- nodes and classes
 
-ClassId EGraph::find(ClassId id) {
-  while (uf_[id] != id) {
-    uf_[id] = uf_[uf_[id]];  // path halving
-    id = uf_[id];
-  }
-  return id;
-}
-
-ClassId EGraph::find(ClassId id) const {
-  while (uf_[id] != id) id = uf_[id];
-  return id;
-}
-
 void EGraph::touch(NodeId n) {
   ENode& e = nodes_[n];
   if (e.stamp == clock_) return;
@@ -267,7 +254,7 @@ ClassId EGraph::add(OpId op, std::span<const Value> args) {
 ClassId EGraph::add_canonical(OpId op, const ClassId* ch, const Value* pl) {
   uint64_t h = hash_node(op, ch, pl);
   NodeId existing = memo_find(op, ch, pl, h);
-  if (existing != kInvalid) return find(nodes_[existing].cls);
+  if (existing != kInvalid) return class_of(existing);
   return add_new(op, ch, pl, h);
 }
 
@@ -279,6 +266,7 @@ ClassId EGraph::add_new(OpId op, const ClassId* ch, const Value* pl, uint64_t h)
   classes_.emplace_back();
   for (auto& data : analysis_data_) data.emplace_back();
   NodeId n = static_cast<NodeId>(nodes_.size());
+  LUMINAL_ASSERT(n == cls, "node ", n, " born in class ", cls, ": class_of() relies on equal ids");
   nodes_.push_back({op, cls, static_cast<uint32_t>(child_store_.size()),
                     static_cast<uint32_t>(payload_store_.size()), clock_, 0});
   child_store_.insert(child_store_.end(), ch, ch + info.num_children);
@@ -325,7 +313,7 @@ std::optional<ClassId> EGraph::construct(OpId op, const Value* args, bool mutate
     n = memo_find(op, ch, pl, hash_node(op, ch, pl));
   }
   if (n == kInvalid) return std::nullopt;
-  return find(nodes_[n].cls);
+  return class_of(n);
 }
 
 std::optional<NodeId> EGraph::lookup(OpId op, std::span<const Value> args) {

@@ -167,8 +167,17 @@ class EGraph {
   ClassId add(OpId op, std::span<const Value> args);
   std::optional<NodeId> lookup(OpId op, std::span<const Value> args);
   bool union_classes(ClassId a, ClassId b);   // true if they were different
-  ClassId find(ClassId id);
-  ClassId find(ClassId id) const;
+  ClassId find(ClassId id) {
+    while (uf_[id] != id) id = uf_[id] = uf_[uf_[id]];  // path halving
+    return id;
+  }
+  ClassId find(ClassId id) const {
+    while (uf_[id] != id) id = uf_[id];
+    return id;
+  }
+  // Every node is born in a class of its own with the node's id, and classes only
+  // merge, so a node's current class is find(node id): no read of the node needed.
+  ClassId class_of(NodeId n) { return find(static_cast<ClassId>(n)); }
   void rebuild();                             // restore congruence and invariants
   void subsume(NodeId n);
   void remove(NodeId n);
