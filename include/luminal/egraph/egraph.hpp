@@ -207,6 +207,7 @@ class EGraph {
  private:
   friend class Loader;
   friend class Matcher;
+  friend class ThreadMatchBuffer;
   // After rebuild() both lists are sorted by (operator, node id), so matching finds
   // the nodes of one operator by binary search.
   struct EClassData {
@@ -241,11 +242,22 @@ class EGraph {
     bool target_is_function = false;
     Code a, b;                             // Set/Subsume/Delete: `a` pushes the target's arguments
   };
+  // Actions that only build nodes of class arguments and union classes (most
+  // rewrites: commutativity, associativity, distributivity) run as register code on
+  // class ids, without values or a stack. Registers: the kept variables, then one per
+  // built node.
+  struct ClassProgram {
+    struct Build { OpId op; uint32_t arity; uint16_t dst, args[2]; };
+    std::vector<Build> builds;
+    std::vector<std::pair<uint16_t, uint16_t>> unions;
+    uint16_t registers = 0;
+  };
   struct RuleState {
     uint32_t since = 0;                    // stamp of the last completed search
     std::vector<std::vector<PlanStep>> plans;   // one per seed atom
     std::vector<Code> guards;              // per guard
     std::vector<CompiledAction> actions;
+    std::optional<ClassProgram> class_program;  // when the actions allow it
     // A match stores only the variables the actions read, packed: a class variable
     // takes one word, any other value three (kind, low bits, high bits).
     std::vector<int> keep;
@@ -292,6 +304,7 @@ class EGraph {
   // rules and runs (run.cpp)
   size_t search_rule(uint32_t r, size_t limit, bool naive, MatchBuffer& matches);
   size_t apply_rule(uint32_t r, const uint32_t* matches, size_t count, size_t node_limit);
+  std::optional<ClassProgram> compile_class_program(const Rule& rule, const RuleState& state) const;
   void compile_term(const Rule& rule, uint32_t t, Code& out) const;
   // Runs `code` with its results pushed from `sp` (room for code.size() values);
   // returns the new top, or nullptr when a primitive, a function or (without
