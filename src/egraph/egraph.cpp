@@ -182,6 +182,10 @@ NodeId EGraph::memo_find(OpId op, const ClassId* ch, const Value* pl, uint64_t h
   }
 }
 
+void EGraph::prefetch_memo(OpId op, const ClassId* ch) const {
+  if (!memo_.empty()) __builtin_prefetch(&memo_[hash_node(op, ch, nullptr) & (memo_.size() - 1)]);
+}
+
 void EGraph::memo_insert(NodeId n, uint64_t h) {
   if ((memo_used_ + 1) * 2 > memo_.size()) memo_grow();  // linear probing: keep probes short
   size_t mask = memo_.size() - 1;
@@ -276,7 +280,7 @@ ClassId EGraph::add_new(OpId op, const ClassId* ch, const Value* pl, uint64_t h)
   for (uint32_t i = 0; i < info.num_children; ++i)
     if (std::find(ch, ch + i, ch[i]) == ch + i) {
       classes_[ch[i]].parents.push_back(n);
-      dirty_classes_.push_back(ch[i]);
+      mark_dirty(ch[i]);
     }
   op_log_[op].emplace_back(clock_, n);
   ++op_live_[op];
@@ -356,7 +360,7 @@ bool EGraph::union_classes(ClassId a, ClassId b) {
   r.parents.insert(r.parents.end(), o.parents.begin(), o.parents.end());
   o = EClassData{};
   merge_analysis(root, other);
-  dirty_classes_.push_back(root);
+  mark_dirty(root);
   functions_dirty_ = true;
   --live_classes_;
   ++version_;
@@ -392,7 +396,7 @@ void EGraph::kill_node(NodeId n) {
   nodes_[n].flags |= kDead;
   --live_nodes_;
   --op_live_[nodes_[n].op];
-  dirty_classes_.push_back(find(nodes_[n].cls));
+  mark_dirty(find(nodes_[n].cls));
 }
 
 void EGraph::remove(NodeId n) {
@@ -479,10 +483,10 @@ void EGraph::rebuild() {
     }
     if (pending_nodes_.empty() && functions_dirty_) rebuild_functions();
   }
-  std::sort(dirty_classes_.begin(), dirty_classes_.end());
-  dirty_classes_.erase(std::unique(dirty_classes_.begin(), dirty_classes_.end()), dirty_classes_.end());
-  for (ClassId c : dirty_classes_)
+  for (ClassId c : dirty_classes_) {
+    classes_[c].dirty = false;
     if (find(c) == c) compact_class(c);
+  }
   dirty_classes_.clear();
   for (OpId op = 0; op < op_log_.size(); ++op) {
     auto& log = op_log_[op];

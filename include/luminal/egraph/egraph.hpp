@@ -214,7 +214,13 @@ class EGraph {
     std::vector<NodeId> nodes;     // may hold dead entries until compacted
     std::vector<NodeId> parents;   // nodes that have this class as a child
     uint32_t nodes_sorted = 0, parents_sorted = 0;  // length of the sorted prefix
+    bool dirty = false;            // listed in dirty_classes_
   };
+  void mark_dirty(ClassId c) {
+    if (classes_[c].dirty) return;
+    classes_[c].dirty = true;
+    dirty_classes_.push_back(c);
+  }
   std::pair<const NodeId*, const NodeId*> op_range(const std::vector<NodeId>& list, OpId op) const;
   struct FunctionTable {
     FunctionInfo info;
@@ -271,6 +277,7 @@ class EGraph {
   uint64_t hash_node(NodeId n) const;
   bool node_equals(NodeId n, OpId op, const ClassId* ch, const Value* pl) const;
   NodeId memo_find(OpId op, const ClassId* ch, const Value* pl, uint64_t h) const;
+  void prefetch_memo(OpId op, const ClassId* ch) const;  // the slot a payload-free node hashes to
   void memo_insert(NodeId n, uint64_t h);
   void memo_erase(NodeId n, uint64_t h);
   void memo_grow();
