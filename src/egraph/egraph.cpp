@@ -145,14 +145,14 @@ uint64_t EGraph::hash_node(OpId op, const ClassId* ch, const Value* pl) const {
 
 uint64_t EGraph::hash_node(NodeId n) const {
   const ENode& e = nodes_[n];
-  return hash_node(e.op, child_store_.data() + e.children, payload_store_.data() + e.payloads);
+  return hash_node(e.op, children_of(e), payload_store_.data() + e.payloads);
 }
 
 bool EGraph::node_equals(NodeId n, OpId op, const ClassId* ch, const Value* pl) const {
   const ENode& e = nodes_[n];
   if (e.op != op) return false;
   const OpInfo& info = ops_[op];
-  const ClassId* ech = child_store_.data() + e.children;
+  const ClassId* ech = children_of(e);
   for (uint32_t i = 0; i < info.num_children; ++i)
     if (ech[i] != ch[i]) return false;
   const Value* epl = payload_store_.data() + e.payloads;
@@ -189,7 +189,7 @@ void EGraph::prefetch_memo(OpId op, const ClassId* ch) const {
 void EGraph::memo_insert(NodeId n, uint64_t h) {
   if ((memo_used_ + 1) * 2 > memo_.size()) memo_grow();  // linear probing: keep probes short
   size_t mask = memo_.size() - 1;
-  MemoSlot key = memo_key(nodes_[n].op, child_store_.data() + nodes_[n].children, h);
+  MemoSlot key = memo_key(nodes_[n].op, children_of(nodes_[n]), h);
   key.node = n;
   for (size_t i = h & mask;; i = (i + 1) & mask) {
     uint32_t e = memo_[i].node;
@@ -271,9 +271,14 @@ ClassId EGraph::add_new(OpId op, const ClassId* ch, const Value* pl, uint64_t h)
   for (auto& data : analysis_data_) data.emplace_back();
   NodeId n = static_cast<NodeId>(nodes_.size());
   LUMINAL_ASSERT(n == cls, "node ", n, " born in class ", cls, ": class_of() relies on equal ids");
-  nodes_.push_back({op, cls, static_cast<uint32_t>(child_store_.size()),
-                    static_cast<uint32_t>(payload_store_.size()), clock_, 0});
-  child_store_.insert(child_store_.end(), ch, ch + info.num_children);
+  ENode node{op, cls, clock_, static_cast<uint32_t>(payload_store_.size()), ENode::kInline, {kInvalid, kInvalid}, 0};
+  if (info.num_children <= 2) {
+    std::copy(ch, ch + info.num_children, node.kids);
+  } else {
+    node.children = static_cast<uint32_t>(child_store_.size());
+    child_store_.insert(child_store_.end(), ch, ch + info.num_children);
+  }
+  nodes_.push_back(node);
   payload_store_.insert(payload_store_.end(), pl, pl + info.num_payloads);
   classes_[cls].nodes.push_back(n);
   classes_[cls].nodes_sorted = 1;
@@ -442,7 +447,7 @@ void EGraph::rebuild() {
       ENode& e = nodes_[n];
       if (e.flags & kDead) continue;
       const OpInfo& info = ops_[e.op];
-      ClassId* ch = child_store_.data() + e.children;
+      ClassId* ch = children_of(e);
       bool changed = false;
       for (uint32_t i = 0; i < info.num_children; ++i) changed |= find(ch[i]) != ch[i];
       if (!changed) continue;
@@ -635,7 +640,7 @@ std::vector<NodeId> EGraph::class_nodes(ClassId c, bool include_subsumed) const 
 }
 
 std::span<const ClassId> EGraph::children(NodeId n) const {
-  return {child_store_.data() + nodes_[n].children, ops_[nodes_[n].op].num_children};
+  return {children_of(nodes_[n]), ops_[nodes_[n].op].num_children};
 }
 
 std::span<const Value> EGraph::payloads(NodeId n) const {
@@ -646,7 +651,7 @@ Value EGraph::node_arg(NodeId n, size_t arg) const {
   const ENode& e = nodes_[n];
   const OpInfo& info = ops_[e.op];
   if (sorts_[info.args[arg]].kind == ValueKind::Class)
-    return Value::cls(find(child_store_[e.children + info.slot[arg]]));
+    return Value::cls(find(children_of(e)[info.slot[arg]]));
   return payload_store_[e.payloads + info.slot[arg]];
 }
 

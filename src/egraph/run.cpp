@@ -428,10 +428,9 @@ class Matcher {
         auto [lo, hi] = g_.op_range(g_.classes_[c].parents, atom.id);
         Window w = window(st.filter);
         const ENode* nodes = g_.nodes_.data();
-        const ClassId* children = g_.child_store_.data();
         for (const NodeId* p = lo; p != hi; ++p) {
           const ENode& e = nodes[*p];
-          if (e.flags || !w.holds(e.stamp) || children[e.children + child] != c) continue;
+          if (e.flags || !w.holds(e.stamp) || g_.children_of(e)[child] != c) continue;
           if (!try_node(i, st, *p)) return false;
         }
         return true;
@@ -452,7 +451,7 @@ class Matcher {
 
   [[gnu::always_inline]] bool try_node(size_t i, const PlanStep& st, NodeId n) {
     const ENode& e = g_.nodes_[n];
-    const ClassId* ch = g_.child_store_.data() + e.children;
+    const ClassId* ch = g_.children_of(e);
     const Value* pl = g_.payload_store_.data() + e.payloads;
     for (const SlotOp& s : st.slots) {
       Value v = s.source == SlotOp::Source::Class   ? Value::cls(e.cls)

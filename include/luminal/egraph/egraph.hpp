@@ -60,10 +60,14 @@ struct FunctionInfo {
 struct ENode {
   OpId op;
   ClassId cls;             // canonical after rebuild()
-  uint32_t children;       // offset into the child store
-  uint32_t payloads;       // offset into the payload store
   uint32_t stamp;          // time of the last change of this row (semi-naive matching)
+  uint32_t payloads;       // offset into the payload store
+  // Children of nodes with at most two are kept in the node, so matching reads one
+  // cache line per node; larger nodes keep them in the child store.
+  uint32_t children;       // offset into the child store, or kInline
+  ClassId kids[2];
   uint8_t flags;           // kDead | kSubsumed
+  static constexpr uint32_t kInline = UINT32_MAX;
 };
 inline constexpr uint8_t kDead = 1;      // removed (congruent duplicate or deleted)
 inline constexpr uint8_t kSubsumed = 2;  // hidden from matching and extraction
@@ -342,7 +346,11 @@ class EGraph {
   std::vector<EClassData> classes_;
   std::vector<std::vector<Value>> analysis_data_;   // [analysis][class]
   std::vector<ENode> nodes_;
-  std::vector<ClassId> child_store_;
+  std::vector<ClassId> child_store_;       // children of nodes with more than two
+  ClassId* children_of(ENode& e) { return e.children == ENode::kInline ? e.kids : child_store_.data() + e.children; }
+  const ClassId* children_of(const ENode& e) const {
+    return e.children == ENode::kInline ? e.kids : child_store_.data() + e.children;
+  }
   std::vector<Value> payload_store_;
   // Hashcons slots carry the key of nodes with at most two children and no payloads
   // (op, child, child), so probes for them never touch the node; other nodes keep a
