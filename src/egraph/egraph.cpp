@@ -280,11 +280,11 @@ ClassId EGraph::add_new(OpId op, const ClassId* ch, const Value* pl, uint64_t h)
   }
   nodes_.push_back(node);
   payload_store_.insert(payload_store_.end(), pl, pl + info.num_payloads);
-  classes_[cls].nodes.push_back(n);
+  classes_[cls].nodes.push_back({op, n});
   classes_[cls].nodes_sorted = 1;
   for (uint32_t i = 0; i < info.num_children; ++i)
     if (std::find(ch, ch + i, ch[i]) == ch + i) {
-      classes_[ch[i]].parents.push_back(n);
+      classes_[ch[i]].parents.push_back({op, n});
       mark_dirty(ch[i]);
     }
   op_log_[op].emplace_back(clock_, n);
@@ -355,13 +355,14 @@ bool EGraph::union_classes(ClassId a, ClassId b) {
   uf_[other] = root;
   EClassData& r = classes_[root];
   EClassData& o = classes_[other];
-  for (NodeId n : o.nodes) {
+  for (Member m : o.nodes) {
+    NodeId n = m.node;
     if (nodes_[n].flags & kDead) continue;
     nodes_[n].cls = root;
     touch(n);  // its row (class column) changed: new matches may use it
-    r.nodes.push_back(n);
+    r.nodes.push_back(m);
   }
-  for (NodeId p : o.parents) pending_nodes_.push_back(p);
+  for (Member p : o.parents) pending_nodes_.push_back(p.node);
   r.parents.insert(r.parents.end(), o.parents.begin(), o.parents.end());
   o = EClassData{};
   merge_analysis(root, other);
@@ -383,7 +384,7 @@ void EGraph::merge_analysis(ClassId into, ClassId from) {
     Value merged = x.is_none() ? y : y.is_none() ? x : analyses_[a].merge(x, y);
     if (!(merged == x) || !(merged == y)) {
       // Some parent saw different data for its child: recompute the parents' data.
-      for (NodeId p : classes_[into].parents) analysis_pending_.push_back(p);
+      for (Member p : classes_[into].parents) analysis_pending_.push_back(p.node);
     }
     x = merged;
   }
@@ -413,14 +414,14 @@ void EGraph::remove(NodeId n) {
 
 // Sorts the unsorted tail of a node list, merges it into the sorted prefix, and drops
 // dead and duplicate entries: O(n + t log t) for a tail of t new entries.
-static void sort_node_list(std::vector<NodeId>& list, uint32_t& sorted, const std::vector<ENode>& nodes) {
-  auto less = [&](NodeId a, NodeId b) { return nodes[a].op != nodes[b].op ? nodes[a].op < nodes[b].op : a < b; };
+template <class Member>
+static void sort_node_list(std::vector<Member>& list, uint32_t& sorted, const std::vector<ENode>& nodes) {
   if (sorted < list.size()) {
-    std::sort(list.begin() + sorted, list.end(), less);
-    std::inplace_merge(list.begin(), list.begin() + sorted, list.end(), less);
+    std::sort(list.begin() + sorted, list.end());
+    std::inplace_merge(list.begin(), list.begin() + sorted, list.end());
   }
   list.erase(std::unique(list.begin(), list.end()), list.end());
-  list.erase(std::remove_if(list.begin(), list.end(), [&](NodeId n) { return (nodes[n].flags & kDead) != 0; }),
+  list.erase(std::remove_if(list.begin(), list.end(), [&](Member m) { return (nodes[m.node].flags & kDead) != 0; }),
              list.end());
   sorted = static_cast<uint32_t>(list.size());
 }
@@ -431,11 +432,11 @@ void EGraph::compact_class(ClassId c) {
   sort_node_list(d.parents, d.parents_sorted, nodes_);
 }
 
-std::pair<const NodeId*, const NodeId*> EGraph::op_range(const std::vector<NodeId>& list, OpId op) const {
-  const NodeId* b = list.data();
-  const NodeId* e = b + list.size();
-  const NodeId* lo = std::partition_point(b, e, [&](NodeId n) { return nodes_[n].op < op; });
-  const NodeId* hi = std::partition_point(lo, e, [&](NodeId n) { return nodes_[n].op <= op; });
+std::pair<const EGraph::Member*, const EGraph::Member*> EGraph::op_range(const std::vector<Member>& list, OpId op) {
+  const Member* b = list.data();
+  const Member* e = b + list.size();
+  const Member* lo = std::partition_point(b, e, [&](Member m) { return m.op < op; });
+  const Member* hi = std::partition_point(lo, e, [&](Member m) { return m.op <= op; });
   return {lo, hi};
 }
 
@@ -481,7 +482,7 @@ void EGraph::rebuild() {
           Value merged = cur.is_none() ? made : analyses_[a].merge(cur, made);
           if (merged == cur) continue;
           cur = merged;
-          for (NodeId p : classes_[c].parents) analysis_pending_.push_back(p);
+          for (Member p : classes_[c].parents) analysis_pending_.push_back(p.node);
         }
       }
       todo.clear();
@@ -630,7 +631,7 @@ std::vector<ClassId> EGraph::classes() const {
 
 std::vector<NodeId> EGraph::class_nodes(ClassId c, bool include_subsumed) const {
   std::vector<NodeId> out;
-  for (NodeId n : classes_[find(c)].nodes) {
+  for (auto [op, n] : classes_[find(c)].nodes) {
     uint8_t f = nodes_[n].flags;
     if (f & kDead) continue;
     if ((f & kSubsumed) && !include_subsumed) continue;
@@ -671,7 +672,7 @@ std::string EGraph::dump() const {
   std::ostringstream os;
   for (ClassId c : classes()) {
     std::vector<std::string> lines;
-    for (NodeId n : classes_[c].nodes) {
+    for (auto [op, n] : classes_[c].nodes) {
       if (nodes_[n].flags & kDead) continue;
       lines.push_back(node_to_string(n));
       if (nodes_[n].flags & kSubsumed) lines.back() += " :subsumed";

@@ -417,11 +417,11 @@ class Matcher {
         auto [lo, hi] = g_.op_range(g_.classes_[c].nodes, atom.id);
         Window w = window(st.filter);
         const ENode* nodes = g_.nodes_.data();
-        for (const NodeId* p = lo; p != hi; ++p) {
-          if (hi - p > kPrefetch) __builtin_prefetch(&nodes[p[kPrefetch]]);
-          const ENode& e = nodes[*p];
+        for (auto p = lo; p != hi; ++p) {
+          if (hi - p > kPrefetch) __builtin_prefetch(&nodes[p[kPrefetch].node]);
+          const ENode& e = nodes[p->node];
           if (e.flags || !w.holds(e.stamp)) continue;
-          if (!try_node(i, st, *p)) return false;
+          if (!try_node(i, st, p->node)) return false;
         }
         return true;
       }
@@ -432,11 +432,11 @@ class Matcher {
         auto [lo, hi] = g_.op_range(g_.classes_[c].parents, atom.id);
         Window w = window(st.filter);
         const ENode* nodes = g_.nodes_.data();
-        for (const NodeId* p = lo; p != hi; ++p) {
-          if (hi - p > kPrefetch) __builtin_prefetch(&nodes[p[kPrefetch]]);
-          const ENode& e = nodes[*p];
+        for (auto p = lo; p != hi; ++p) {
+          if (hi - p > kPrefetch) __builtin_prefetch(&nodes[p[kPrefetch].node]);
+          const ENode& e = nodes[p->node];
           if (e.flags || !w.holds(e.stamp) || g_.children_of(e)[child] != c) continue;
-          if (!try_node(i, st, *p)) return false;
+          if (!try_node(i, st, p->node)) return false;
         }
         return true;
       }

@@ -212,11 +212,18 @@ class EGraph {
   friend class Loader;
   friend class Matcher;
   friend class ThreadMatchBuffer;
-  // After rebuild() both lists are sorted by (operator, node id), so matching finds
-  // the nodes of one operator by binary search.
+  // A node in a class's node or parent list, with its operator: after rebuild() both
+  // lists are sorted by (operator, node id), and matching finds the nodes of one
+  // operator by binary search over the list alone, without touching the nodes.
+  struct Member {
+    OpId op;
+    NodeId node;
+    friend bool operator<(Member a, Member b) { return a.op != b.op ? a.op < b.op : a.node < b.node; }
+    friend bool operator==(Member a, Member b) { return a.node == b.node; }
+  };
   struct EClassData {
-    std::vector<NodeId> nodes;     // may hold dead entries until compacted
-    std::vector<NodeId> parents;   // nodes that have this class as a child
+    std::vector<Member> nodes;     // may hold dead entries until compacted
+    std::vector<Member> parents;   // nodes that have this class as a child
     uint32_t nodes_sorted = 0, parents_sorted = 0;  // length of the sorted prefix
     bool dirty = false;            // listed in dirty_classes_
   };
@@ -225,7 +232,7 @@ class EGraph {
     classes_[c].dirty = true;
     dirty_classes_.push_back(c);
   }
-  std::pair<const NodeId*, const NodeId*> op_range(const std::vector<NodeId>& list, OpId op) const;
+  static std::pair<const Member*, const Member*> op_range(const std::vector<Member>& list, OpId op);
   struct FunctionTable {
     FunctionInfo info;
     struct Row { uint32_t key; Value out; uint32_t stamp; bool live; };
