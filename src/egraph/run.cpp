@@ -360,7 +360,7 @@ class Matcher {
   }
 
   // Nodes of a class or parent list are scattered in memory: fetch a few ahead.
-  static constexpr ptrdiff_t kPrefetch = 6;
+  static constexpr ptrdiff_t kPrefetch = 12;
 
   // Returns false once the match limit is exceeded (the search is abandoned).
   bool step(size_t i) {
