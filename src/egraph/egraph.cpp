@@ -182,10 +182,6 @@ NodeId EGraph::memo_find(OpId op, const ClassId* ch, const Value* pl, uint64_t h
   }
 }
 
-void EGraph::prefetch_memo(OpId op, const ClassId* ch) const {
-  if (!memo_.empty()) __builtin_prefetch(&memo_[hash_node(op, ch, nullptr) & (memo_.size() - 1)]);
-}
-
 void EGraph::memo_insert(NodeId n, uint64_t h) {
   if ((memo_used_ + 1) * 2 > memo_.size()) memo_grow();  // linear probing: keep probes short
   size_t mask = memo_.size() - 1;

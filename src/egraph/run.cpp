@@ -682,7 +682,6 @@ size_t EGraph::apply_rule(uint32_t r, const uint32_t* matches, size_t count, siz
   const RuleState& state = rule_state_[r];
   size_t applied = 0, pos = 0;
   if (const std::optional<ClassProgram>& prog = state.class_program) {
-    constexpr size_t kLookahead = 4;
     ClassId regs[64];
     size_t width = state.keep.size();
     for (size_t m = 0; m < count; ++m, matches += width) {
@@ -692,15 +691,6 @@ size_t EGraph::apply_rule(uint32_t r, const uint32_t* matches, size_t count, siz
       }
       uint64_t before = version_;
       std::copy(matches, matches + width, regs);
-      if (!prog->builds.empty() && m + kLookahead < count) {
-        // The hashcons probe is a cache miss: start the one of a later match's first
-        // build now (its arguments are kept variables, known before any build).
-        const ClassProgram::Build& b = prog->builds[0];
-        const uint32_t* ahead = matches + kLookahead * width;
-        ClassId ch[2];
-        for (uint32_t i = 0; i < b.arity; ++i) ch[i] = find(ahead[b.args[i]]);
-        prefetch_memo(b.op, ch);
-      }
       for (const ClassProgram::Build& b : prog->builds) {
         ClassId ch[2];
         for (uint32_t i = 0; i < b.arity; ++i) ch[i] = find(regs[b.args[i]]);

@@ -288,7 +288,6 @@ class EGraph {
   uint64_t hash_node(NodeId n) const;
   bool node_equals(NodeId n, OpId op, const ClassId* ch, const Value* pl) const;
   NodeId memo_find(OpId op, const ClassId* ch, const Value* pl, uint64_t h) const;
-  void prefetch_memo(OpId op, const ClassId* ch) const;  // the slot a payload-free node hashes to
   void memo_insert(NodeId n, uint64_t h);
   void memo_erase(NodeId n, uint64_t h);
   void memo_grow();
