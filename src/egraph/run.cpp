@@ -645,14 +645,14 @@ std::optional<EGraph::ClassProgram> EGraph::compile_class_program(const Rule& ru
     if (term.kind != RuleTerm::Kind::Constructor) return -1;
     const OpInfo& info = ops_[term.id];
     if (info.num_payloads != 0 || info.num_children > 2) return -1;
-    ClassProgram::Build b{term.id, info.num_children, 0, {0, 0}};
+    ClassProgram::Step b{term.id, info.num_children, 0, {0, 0}};
     for (size_t i = 0; i < term.args.size(); ++i) {
       int r = self(self, term.args[i]);
       if (r < 0) return -1;
       b.args[i] = static_cast<uint16_t>(r);
     }
     b.dst = prog.registers++;
-    prog.builds.push_back(b);
+    prog.steps.push_back(b);
     return b.dst;
   };
   for (const Action& act : rule.actions) {
@@ -661,7 +661,7 @@ std::optional<EGraph::ClassProgram> EGraph::compile_class_program(const Rule& ru
         int a = reg(reg, act.a);
         int b = a < 0 ? -1 : reg(reg, act.b);
         if (b < 0) return std::nullopt;
-        prog.unions.emplace_back(static_cast<uint16_t>(a), static_cast<uint16_t>(b));
+        prog.steps.push_back({ClassProgram::kUnion, 2, 0, {static_cast<uint16_t>(a), static_cast<uint16_t>(b)}});
         break;
       }
       case Action::Kind::Build:
@@ -677,11 +677,12 @@ std::optional<EGraph::ClassProgram> EGraph::compile_class_program(const Rule& ru
   return prog;
 }
 
-size_t EGraph::apply_rule(uint32_t r, const uint32_t* matches, size_t count, size_t node_limit) {
+size_t EGraph::apply_rule(uint32_t r, const uint32_t* matches, size_t count, size_t node_limit,
+                          bool generic) {
   const Rule& rule = rules_[r];
   const RuleState& state = rule_state_[r];
   size_t applied = 0, pos = 0;
-  if (const std::optional<ClassProgram>& prog = state.class_program) {
+  if (const std::optional<ClassProgram>& prog = state.class_program; prog && !generic) {
     ClassId regs[64];
     size_t width = state.keep.size();
     for (size_t m = 0; m < count; ++m, matches += width) {
@@ -691,12 +692,15 @@ size_t EGraph::apply_rule(uint32_t r, const uint32_t* matches, size_t count, siz
       }
       uint64_t before = version_;
       std::copy(matches, matches + width, regs);
-      for (const ClassProgram::Build& b : prog->builds) {
+      for (const ClassProgram::Step& b : prog->steps) {
         ClassId ch[2];
         for (uint32_t i = 0; i < b.arity; ++i) ch[i] = find(regs[b.args[i]]);
-        regs[b.dst] = add_canonical(b.op, ch, nullptr);
+        if (b.op == ClassProgram::kUnion) {
+          if (ch[0] != ch[1]) union_classes(ch[0], ch[1]);
+        } else {
+          regs[b.dst] = add_canonical(b.op, ch, nullptr);
+        }
       }
-      for (auto [a, b] : prog->unions) union_classes(regs[a], regs[b]);
       applied += version_ != before;
     }
     return applied;
@@ -900,7 +904,8 @@ struct RunState {
         cut |= g.live_nodes_ > opt.node_limit;
       }
       auto t0 = Clock::now();
-      rules[members[k]].applications += g.apply_rule(members[k], matches.data.get() + offsets[k], counts[k], opt.node_limit);
+      rules[members[k]].applications += g.apply_rule(members[k], matches.data.get() + offsets[k], counts[k], opt.node_limit,
+                                                      opt.generic_actions);
       rules[members[k]].apply_s += seconds_since(t0);
     }
     if (g.live_nodes_ > opt.node_limit) {

@@ -444,3 +444,28 @@ TEST(EGraphRun, SemiNaiveAgreesWithNaive) {
     EXPECT_EQ(iters[0], iters[1]) << e;
   }
 }
+
+// Class-only actions run as register programs; they must build the very same e-graph,
+// ids included, as the generic evaluator.
+TEST(EGraphRun, RegisterProgramsAgreeWithGenericActions) {
+  const char* exprs[] = {
+      R"((Mul (Add (Var "x") (Num 3)) (Add (Var "x") (Num 1))))",
+      R"((Div (Mul (Var "a") (Num 2)) (Num 2)))",
+      R"((Mul (Add (Var "a") (Num 2)) (Add (Var "b") (Mul (Num 3) (Var "a")))))",
+  };
+  for (const char* e : exprs) {
+    std::string dumps[2];
+    for (int generic = 0; generic < 2; ++generic) {
+      EGraph g;
+      g.load_string(kMath, "math.egg");
+      g.add_term(e);
+      RunOptions opt;
+      opt.generic_actions = generic;
+      opt.iteration_limit = 6;
+      g.run(saturate_math(), opt);
+      dumps[generic] = g.dump();
+    }
+    EXPECT_GT(dumps[0].size(), 1000u) << e;
+    EXPECT_EQ(dumps[0], dumps[1]) << e;
+  }
+}

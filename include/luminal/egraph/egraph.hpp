@@ -105,6 +105,7 @@ struct RunOptions {
   size_t match_limit = 1000;           // backoff: initial match threshold
   size_t ban_length = 5;               // backoff: initial ban, in iterations
   bool naive = false;                  // re-match everything each iteration (testing)
+  bool generic_actions = false;        // no register programs for class-only actions (testing)
 };
 
 enum class StopReason {
@@ -261,12 +262,12 @@ class EGraph {
   };
   // Actions that only build nodes of class arguments and union classes (most
   // rewrites: commutativity, associativity, distributivity) run as register code on
-  // class ids, without values or a stack. Registers: the kept variables, then one per
-  // built node.
+  // class ids, without values or a stack, in the order the generic evaluator would
+  // run them. Registers: the kept variables, then one per built node.
   struct ClassProgram {
-    struct Build { OpId op; uint32_t arity; uint16_t dst, args[2]; };
-    std::vector<Build> builds;
-    std::vector<std::pair<uint16_t, uint16_t>> unions;
+    static constexpr OpId kUnion = UINT32_MAX;
+    struct Step { OpId op; uint32_t arity; uint16_t dst, args[2]; };  // op == kUnion: union args
+    std::vector<Step> steps;
     uint16_t registers = 0;
   };
   struct RuleState {
@@ -320,7 +321,7 @@ class EGraph {
 
   // rules and runs (run.cpp)
   size_t search_rule(uint32_t r, size_t limit, bool naive, MatchBuffer& matches);
-  size_t apply_rule(uint32_t r, const uint32_t* matches, size_t count, size_t node_limit);
+  size_t apply_rule(uint32_t r, const uint32_t* matches, size_t count, size_t node_limit, bool generic);
   std::optional<ClassProgram> compile_class_program(const Rule& rule, const RuleState& state) const;
   void compile_term(const Rule& rule, uint32_t t, Code& out) const;
   // Runs `code` with its results pushed from `sp` (room for code.size() values);
