@@ -490,7 +490,7 @@ void EGraph::rebuild() {
     if (find(c) == c) compact_class(c);
   }
   dirty_classes_.clear();
-  for (OpId op = 0; op < op_log_.size(); ++op) {
+  for (OpId op = 0; op < op_log_.size() && compact_logs_; ++op) {
     auto& log = op_log_[op];
     if (log.size() <= 2 * size_t{op_live_[op]} + 64) continue;
     log.erase(std::remove_if(log.begin(), log.end(),

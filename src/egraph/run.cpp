@@ -319,6 +319,11 @@ class Matcher {
     return count_;
   }
 
+  // Slices the seed scan (plan step 0) through `cursor`: stop after the seed row that
+  // brings the matches to `want`.
+  void slice(EGraph::SearchCursor* cursor, size_t want) { cursor_ = cursor, want_ = want; }
+  bool stopped_early() const { return stopped_early_; }
+
  private:
   // Semi-naive stamp window of a step: rows with stamp in [lo, lo + span).
   struct Window {
@@ -359,6 +364,17 @@ class Matcher {
     return true;
   }
 
+  // The seed rows of this join: those present when it started.
+  size_t begin_slice(size_t rows) {
+    if (cursor_->end == SIZE_MAX) cursor_->end = rows;
+    return std::min(cursor_->end, rows);
+  }
+  bool end_slice(size_t next_row) {
+    cursor_->row = next_row;
+    stopped_early_ = true;
+    return false;
+  }
+
   // Nodes of a class or parent list are scattered in memory: fetch a few ahead.
   static constexpr ptrdiff_t kPrefetch = 12;
 
@@ -390,24 +406,29 @@ class Matcher {
       }
       case PlanStep::Kind::Scan: {
         const Atom& atom = rule_.atoms[st.index];
+        bool sliced = cursor_ && i == 0;
+        Window w = window(st.filter);
         if (atom.is_function) {
           const auto& rows = g_.funcs_[atom.id].rows;
-          Window w = window(st.filter);
-          for (uint32_t r = 0; r < rows.size(); ++r)
-            if (rows[r].live && w.holds(rows[r].stamp) && !try_row(i, st, r)) return false;
+          size_t end = sliced ? begin_slice(rows.size()) : rows.size();
+          for (size_t r = sliced ? cursor_->row : 0; r < end; ++r) {
+            if (rows[r].live && w.holds(rows[r].stamp) && !try_row(i, st, static_cast<uint32_t>(r))) return false;
+            if (sliced && count_ >= want_) return end_slice(r + 1);
+          }
           return true;
         }
         const auto& log = g_.op_log_[atom.id];
         size_t start = 0;
         if (!full_ && st.filter > 0)
           start = std::lower_bound(log.begin(), log.end(), std::make_pair(since_, NodeId(0))) - log.begin();
-        Window w = window(st.filter);
+        size_t end = sliced ? begin_slice(log.size()) : log.size();
         const ENode* nodes = g_.nodes_.data();
-        for (size_t k = start; k < log.size(); ++k) {
+        for (size_t k = sliced ? std::max(start, cursor_->row) : start; k < end; ++k) {
           auto [stamp, n] = log[k];
           const ENode& e = nodes[n];
           if (e.stamp != stamp || e.flags || !w.holds(stamp)) continue;
           if (!try_node(i, st, n)) return false;
+          if (sliced && count_ >= want_) return end_slice(k + 1);
         }
         return true;
       }
@@ -500,6 +521,9 @@ class Matcher {
   std::vector<Value> env_;
   std::vector<Value> stack_;       // guard evaluation
   size_t count_ = 0;
+  EGraph::SearchCursor* cursor_ = nullptr;
+  size_t want_ = SIZE_MAX;
+  bool stopped_early_ = false;
 };
 
 void EGraph::MatchBuffer::reserve(size_t words) {
@@ -510,12 +534,19 @@ void EGraph::MatchBuffer::reserve(size_t words) {
   capacity = words;
 }
 
-size_t EGraph::search_rule(uint32_t r, size_t limit, bool naive, MatchBuffer& matches) {
+size_t EGraph::search_rule(uint32_t r, size_t limit, bool naive, MatchBuffer& matches,
+                           SearchCursor* cursor, size_t want) {
   const Rule& rule = rules_[r];
   RuleState& state = rule_state_[r];
+  SearchCursor whole;
+  if (!cursor) cursor = &whole;
+  auto finish = [&](size_t n) {
+    cursor->done = true;
+    return n;
+  };
   if (rule.atoms.empty()) {  // a fact-free rule fires once
-    if (state.since != 0) return 0;
-    return Matcher(*this, rule, state.plans[0], true, 0, limit, state, matches).run();
+    if (state.since != 0) return finish(0);
+    return finish(Matcher(*this, rule, state.plans[0], true, 0, limit, state, matches).run());
   }
   // Plans are re-made from the current table sizes (never frozen on empty tables).
   std::vector<size_t> sizes(rule.atoms.size());
@@ -523,21 +554,23 @@ size_t EGraph::search_rule(uint32_t r, size_t limit, bool naive, MatchBuffer& ma
     const Atom& atom = rule.atoms[a];
     sizes[a] = atom.is_function ? funcs_[atom.id].rows.size() : op_live_[atom.id];
   }
-  if (state.since == 0 || naive) {
-    // First search: no old rows, one full join seeded at the smallest table.
-    size_t seed = std::min_element(sizes.begin(), sizes.end()) - sizes.begin();
-    if (sizes[seed] == 0) return 0;
-    state.plans[seed] = plan_for_seed(*this, rule, seed, sizes);
-    return Matcher(*this, rule, state.plans[seed], true, 0, limit, state, matches).run();
-  }
+  // First search (or naive): no old rows, one full join seeded at the smallest table.
+  // Later: semi-naive, one join per seed atom.
+  bool full = state.since == 0 || naive;
+  size_t joins = full ? 1 : rule.atoms.size();
   size_t total = 0;
-  for (size_t seed = 0; seed < rule.atoms.size(); ++seed) {
-    if (sizes[seed] == 0) return 0;  // an empty table: no match at all
+  for (; cursor->join < joins; ++cursor->join, cursor->row = 0, cursor->end = SIZE_MAX) {
+    if (cursor != &whole && total >= want) return total;
+    size_t seed = full ? std::min_element(sizes.begin(), sizes.end()) - sizes.begin() : cursor->join;
+    if (sizes[seed] == 0) return finish(0);  // an empty table: no match at all
     state.plans[seed] = plan_for_seed(*this, rule, seed, sizes);
-    total += Matcher(*this, rule, state.plans[seed], false, state.since, limit - std::min(limit, total), state, matches).run();
+    Matcher m(*this, rule, state.plans[seed], full, state.since, limit - std::min(limit, total), state, matches);
+    if (cursor != &whole) m.slice(cursor, want - std::min(want, total));
+    total += m.run();
+    if (m.stopped_early()) return total;
     if (total > limit) break;
   }
-  return total;
+  return finish(total);
 }
 
 // ---------------------------------------------------------------- actions
@@ -793,7 +826,9 @@ const char* stop_reason_name(StopReason r) {
 
 std::string RunReport::to_string() const {
   std::ostringstream os;
-  os << "stop=" << stop_reason_name(stop) << " iterations=" << iterations << " nodes=" << nodes
+  os << "stop=" << stop_reason_name(stop) << " iterations=" << iterations;
+  if (sliced_iterations) os << " (" << sliced_iterations << " sliced)";
+  os << " nodes=" << nodes
      << " classes=" << classes << " search=" << search_s << "s apply=" << apply_s
      << "s rebuild=" << rebuild_s << "s total=" << total_s << "s\n";
   for (const RuleReport& r : rules) {
@@ -850,6 +885,7 @@ struct RunState {
   // e-graphs, and a fresh buffer of tens of MB costs page faults each time.
   ThreadMatchBuffer buffer = {};
   EGraph::MatchBuffer& matches = buffer.get();
+  size_t last_live = 0;  // live e-nodes when the previous iteration started
 
   bool over_time() const { return seconds_since(start) > opt.time_limit_s; }
 
@@ -869,6 +905,17 @@ struct RunState {
         continue;
       }
       members.push_back(r);
+    }
+    // Growth of the last iteration: if this one is likely to run past the node budget,
+    // search in slices and apply each at once, so the search stops where the budget
+    // does (a full search would mostly find matches that are never applied).
+    size_t live = g.live_nodes_;
+    bool near_budget = !opt.backoff && !opt.naive && opt.node_limit != SIZE_MAX && last_live > 0 &&
+                       static_cast<double>(live) * live / last_live > static_cast<double>(opt.node_limit);
+    last_live = live;
+    if (near_budget) {
+      ++report.sliced_iterations;
+      return finish_iteration(ruleset, before, banned_any, apply_in_slices(members, now));
     }
     // All rules' matches of this iteration, back to back: rule k's start at offsets[k].
     matches.size = 0;
@@ -913,6 +960,43 @@ struct RunState {
       cut |= g.live_nodes_ > opt.node_limit;
     }
     report.apply_s += seconds_since(t1);
+    return finish_iteration(ruleset, before, banned_any, cut);
+  }
+
+  // Near the budget: rule by rule, search a slice of matches, apply it, rebuild, until
+  // the rule is done or the budget is spent. Later slices and rules see what earlier
+  // ones added (sound, deterministic); a rule's search only counts as done, for
+  // semi-naive matching, once all its slices were applied.
+  bool apply_in_slices(const std::vector<uint32_t>& members, uint32_t now) {
+    g.compact_logs_ = false;  // the cursors hold positions in the operator logs
+    bool cut = false;
+    for (uint32_t r : members) {
+      EGraph::SearchCursor cursor;
+      while (!cursor.done && !cut) {
+        matches.size = 0;
+        auto t0 = Clock::now();
+        size_t n = g.search_rule(r, SIZE_MAX, false, matches, &cursor, std::max<size_t>(opt.slice_matches, 1));
+        double dt = seconds_since(t0);
+        rules[r].search_s += dt, report.search_s += dt;
+        rules[r].matches += n;
+        t0 = Clock::now();
+        rules[r].applications += g.apply_rule(r, matches.data.get(), n, opt.node_limit, opt.generic_actions);
+        dt = seconds_since(t0);
+        rules[r].apply_s += dt, report.apply_s += dt;
+        t0 = Clock::now();
+        g.rebuild();
+        report.rebuild_s += seconds_since(t0);
+        cut = g.live_nodes_ > opt.node_limit;
+      }
+      if (cut) break;
+      g.rule_state_[r].since = now;
+      if (over_time()) break;
+    }
+    g.compact_logs_ = true;
+    return cut;
+  }
+
+  bool finish_iteration(const std::string& ruleset, uint64_t before, bool banned_any, bool cut) {
     auto t2 = Clock::now();
     g.rebuild();
     report.rebuild_s += seconds_since(t2);

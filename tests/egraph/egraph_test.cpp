@@ -2,6 +2,8 @@
 // congruence, joins, guards, budgets, functions, subsume/delete and determinism.
 #include <gtest/gtest.h>
 
+#include <map>
+
 #include "luminal/egraph/egraph.hpp"
 #include "luminal/egraph/extract.hpp"
 #include "luminal/error.hpp"
@@ -467,5 +469,106 @@ TEST(EGraphRun, RegisterProgramsAgreeWithGenericActions) {
     }
     EXPECT_GT(dumps[0].size(), 1000u) << e;
     EXPECT_EQ(dumps[0], dumps[1]) << e;
+  }
+}
+
+// Near the node limit an iteration is searched in slices, each applied at once. With a
+// limit the e-graph does not pass, that must still reach the same saturated e-graph.
+TEST(EGraphRun, SlicedSearchNearTheLimitIsComplete) {
+  const char* e = R"((Add (Var "a") (Add (Var "b") (Add (Var "c") (Add (Var "d") (Var "e"))))))";
+  auto run = [&](size_t limit, size_t slice) {
+    EGraph g;
+    g.load_string(kMath, "math.egg");
+    g.add_term(e);
+    RunOptions opt;
+    opt.node_limit = limit;
+    opt.slice_matches = slice;
+    return g.run(saturate_math(), opt);
+  };
+  RunReport free = run(SIZE_MAX, 8192);
+  ASSERT_EQ(free.stop, StopReason::Saturated);
+  EXPECT_EQ(free.sliced_iterations, 0u);
+  // Headroom: before congruence catches up, an e-graph can briefly hold more nodes
+  // than its saturated form. Slices of 1 to 7 matches resume joins mid-table.
+  for (size_t slice : {1, 2, 7, 8192}) {
+    RunReport tight = run(free.nodes + free.nodes / 4, slice);
+    EXPECT_GT(tight.sliced_iterations, 0u) << slice;
+    EXPECT_EQ(tight.stop, StopReason::Saturated) << slice;
+    EXPECT_EQ(tight.nodes, free.nodes) << slice;
+    EXPECT_EQ(tight.classes, free.classes) << slice;
+  }
+}
+
+// The same with a rule set without redundancy: transitive closure of a chain derives
+// each path exactly one way, so a single missed match leaves a path out.
+TEST(EGraphRun, SlicedSearchMissesNoMatch) {
+  constexpr int kChain = 40;
+  auto run = [&](size_t limit, size_t slice) {
+    EGraph g;
+    g.load_string(R"(
+      (datatype V (N i64) (Edge V V) (Path V V))
+      (ruleset closure)
+      (rule ((= ?e (Edge ?a ?b))) ((Path ?a ?b)) :ruleset closure :name "base")
+      (rule ((= ?e (Edge ?a ?b)) (= ?p (Path ?b ?c))) ((Path ?a ?c)) :ruleset closure :name "step"))",
+                  "closure.egg");
+    for (int i = 0; i + 1 < kChain; ++i)
+      g.add_term("(Edge (N " + std::to_string(i) + ") (N " + std::to_string(i + 1) + "))");
+    RunOptions opt;
+    opt.node_limit = limit;
+    opt.slice_matches = slice;
+    return g.run(Schedule::saturate({Schedule::run("closure")}), opt);
+  };
+  size_t expected = kChain + (kChain - 1) + kChain * (kChain - 1) / 2;  // N, Edge, Path nodes
+  RunReport free = run(SIZE_MAX, 8192);
+  ASSERT_EQ(free.nodes, expected);
+  for (size_t slice : {1, 3, 8192}) {
+    RunReport tight = run(expected, slice);
+    EXPECT_GT(tight.sliced_iterations, 0u) << slice;
+    EXPECT_EQ(tight.stop, StopReason::Saturated) << slice;
+    EXPECT_EQ(tight.nodes, expected) << slice;
+  }
+}
+
+// Every class of a grown e-graph holds terms of one value: evaluate each node on
+// integers (wrapping, where comm/assoc/distribute hold) and compare within classes.
+TEST(EGraphRun, GrownEGraphIsSound) {
+  for (size_t limit : {size_t{2000}, size_t{20000}}) {
+    EGraph g;
+    g.load_string(kMath, "math.egg");
+    ClassId root = g.add_term(R"((Mul (Add (Var "a") (Var "b")) (Mul (Add (Var "c") (Num 2)) (Add (Var "d") (Num 0)))))");
+    RunOptions opt;
+    opt.node_limit = limit;
+    opt.slice_matches = limit / 10;
+    RunReport r = g.run(saturate_math(), opt);
+    ASSERT_EQ(r.stop, StopReason::NodeLimit) << limit;
+    std::map<ClassId, uint64_t> value;
+    for (bool progress = true; progress;) {
+      progress = false;
+      for (ClassId c : g.classes()) {
+        for (NodeId n : g.class_nodes(c)) {
+          const std::string& op = g.op(g.node(n).op).name;
+          std::vector<uint64_t> args;
+          for (ClassId ch : g.children(n)) {
+            auto it = value.find(g.find(ch));
+            if (it == value.end()) break;
+            args.push_back(it->second);
+          }
+          if (args.size() != g.children(n).size()) continue;
+          uint64_t v;
+          if (op == "Num") v = static_cast<uint64_t>(g.payloads(n)[0].as_i64());
+          else if (op == "Var") v = std::hash<std::string>{}(g.payloads(n)[0].as_string()) | 1;
+          else if (op == "Add") v = args[0] + args[1];
+          else if (op == "Mul") v = args[0] * args[1];
+          else continue;
+          auto [it, fresh] = value.emplace(c, v);
+          ASSERT_EQ(it->second, v) << "class e" << c << " holds " << g.node_to_string(n) << " of another value";
+          progress |= fresh;
+        }
+      }
+    }
+    EXPECT_TRUE(value.count(g.find(root)));
+    if (limit == 20000) {
+      EXPECT_GT(r.sliced_iterations, 0u);
+    }
   }
 }

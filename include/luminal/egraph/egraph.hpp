@@ -104,6 +104,7 @@ struct RunOptions {
   bool backoff = false;                // egg's BackoffScheduler
   size_t match_limit = 1000;           // backoff: initial match threshold
   size_t ban_length = 5;               // backoff: initial ban, in iterations
+  size_t slice_matches = 8192;         // near the node limit: matches searched per slice
   bool naive = false;                  // re-match everything each iteration (testing)
   bool generic_actions = false;        // no register programs for class-only actions (testing)
 };
@@ -124,6 +125,7 @@ struct RuleReport {
 struct RunReport {
   StopReason stop = StopReason::Saturated;
   size_t iterations = 0, nodes = 0, classes = 0;
+  size_t sliced_iterations = 0;        // searched in slices, each applied at once (near the node limit)
   double search_s = 0, apply_s = 0, rebuild_s = 0, total_s = 0;
   std::vector<RuleReport> rules;       // every rule that ran or is disabled, file order
   std::string to_string() const;
@@ -319,8 +321,19 @@ class EGraph {
     void reserve(size_t words);
   };
 
+  // Where a search split into slices resumes (run.cpp, near the node limit).
+  struct SearchCursor {
+    size_t join = 0;            // the semi-naive join in progress
+    size_t row = 0;             // its next seed row
+    size_t end = SIZE_MAX;      // seed rows when the join started (later ones wait)
+    bool done = false;
+  };
+
   // rules and runs (run.cpp)
-  size_t search_rule(uint32_t r, size_t limit, bool naive, MatchBuffer& matches);
+  // With a cursor, stops after the seed row that brings the matches to `want` and
+  // records where to resume; without, searches everything.
+  size_t search_rule(uint32_t r, size_t limit, bool naive, MatchBuffer& matches,
+                     SearchCursor* cursor = nullptr, size_t want = SIZE_MAX);
   size_t apply_rule(uint32_t r, const uint32_t* matches, size_t count, size_t node_limit, bool generic);
   std::optional<ClassProgram> compile_class_program(const Rule& rule, const RuleState& state) const;
   void compile_term(const Rule& rule, uint32_t t, Code& out) const;
@@ -375,6 +388,7 @@ class EGraph {
   std::vector<ClassId> dirty_classes_;     // classes whose node/parent lists need compacting
   std::vector<NodeId> analysis_pending_;   // nodes whose make() must be recomputed
   bool functions_dirty_ = false;
+  bool compact_logs_ = true;               // off while a sliced search holds log positions
   uint32_t clock_ = 1;
   uint64_t version_ = 0;
   size_t live_nodes_ = 0, live_classes_ = 0;
