@@ -36,6 +36,17 @@ constexpr const char* kMath = R"(
 
 Schedule saturate_math() { return Schedule::saturate({Schedule::run("math")}); }
 
+// A fresh math engine grown from `term` under `opt`; `dump`, if given, receives the
+// e-graph's canonical text.
+RunReport grow_math(const char* term, RunOptions opt, std::string* dump = nullptr) {
+  EGraph g;
+  g.load_string(kMath, "math.egg");
+  g.add_term(term);
+  RunReport r = g.run(saturate_math(), opt);
+  if (dump) *dump = g.dump();
+  return r;
+}
+
 }  // namespace
 
 TEST(EGraphMath, MulDivCancels) {
@@ -432,13 +443,7 @@ TEST(EGraphRun, SemiNaiveAgreesWithNaive) {
   for (const char* e : exprs) {
     size_t nodes[2], classes[2], iters[2];
     for (int naive = 0; naive < 2; ++naive) {
-      EGraph g;
-      g.load_string(kMath, "math.egg");
-      g.add_term(e);
-      RunOptions opt;
-      opt.naive = naive;
-      opt.iteration_limit = 6;
-      RunReport r = g.run(saturate_math(), opt);
+      RunReport r = grow_math(e, {.iteration_limit = 6, .naive = naive == 1});
       nodes[naive] = r.nodes, classes[naive] = r.classes, iters[naive] = r.iterations;
     }
     EXPECT_EQ(nodes[0], nodes[1]) << e;
@@ -457,16 +462,8 @@ TEST(EGraphRun, RegisterProgramsAgreeWithGenericActions) {
   };
   for (const char* e : exprs) {
     std::string dumps[2];
-    for (int generic = 0; generic < 2; ++generic) {
-      EGraph g;
-      g.load_string(kMath, "math.egg");
-      g.add_term(e);
-      RunOptions opt;
-      opt.generic_actions = generic;
-      opt.iteration_limit = 6;
-      g.run(saturate_math(), opt);
-      dumps[generic] = g.dump();
-    }
+    for (int generic = 0; generic < 2; ++generic)
+      grow_math(e, {.iteration_limit = 6, .generic_actions = generic == 1}, &dumps[generic]);
     EXPECT_GT(dumps[0].size(), 1000u) << e;
     EXPECT_EQ(dumps[0], dumps[1]) << e;
   }
@@ -477,13 +474,7 @@ TEST(EGraphRun, RegisterProgramsAgreeWithGenericActions) {
 TEST(EGraphRun, SlicedSearchNearTheLimitIsComplete) {
   const char* e = R"((Add (Var "a") (Add (Var "b") (Add (Var "c") (Add (Var "d") (Var "e"))))))";
   auto run = [&](size_t limit, size_t slice) {
-    EGraph g;
-    g.load_string(kMath, "math.egg");
-    g.add_term(e);
-    RunOptions opt;
-    opt.node_limit = limit;
-    opt.slice_matches = slice;
-    return g.run(saturate_math(), opt);
+    return grow_math(e, {.node_limit = limit, .slice_matches = slice});
   };
   RunReport free = run(SIZE_MAX, 8192);
   ASSERT_EQ(free.stop, StopReason::Saturated);
