@@ -1,6 +1,6 @@
 // The e-graph proper: union-find, hashcons, deferred rebuilding, analyses, function
-// tables. Matching, rules and schedules live in run.cpp; the rule-file loader in
-// parser.cpp.
+// tables. Matching lives in match.cpp, actions in actions.cpp, schedules in run.cpp,
+// builtin primitives in primitives.cpp, the rule-file loader in parser.cpp.
 #include "luminal/egraph/egraph.hpp"
 
 #include <algorithm>
@@ -27,7 +27,7 @@ size_t hash_values(std::span<const Value> vs) {
 
 }  // namespace
 
-void register_builtin_primitives(EGraph& g);  // run.cpp
+void register_builtin_primitives(EGraph& g);  // primitives.cpp
 
 EGraph::EGraph() {
   const std::pair<const char*, ValueKind> prims[] = {

@@ -321,7 +321,7 @@ class EGraph {
     void reserve(size_t words);
   };
 
-  // Where a search split into slices resumes (run.cpp, near the node limit).
+  // Where a search split into slices resumes (near the node limit).
   struct SearchCursor {
     size_t join = 0;            // the semi-naive join in progress
     size_t row = 0;             // its next seed row
@@ -329,7 +329,7 @@ class EGraph {
     bool done = false;
   };
 
-  // rules and runs (run.cpp)
+  // rules: matching (match.cpp), actions (actions.cpp)
   // With a cursor, stops after the seed row that brings the matches to `want` and
   // records where to resume; without, searches everything.
   size_t search_rule(uint32_t r, size_t limit, bool naive, MatchBuffer& matches,
