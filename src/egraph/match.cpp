@@ -264,6 +264,22 @@ class Matcher {
   // Nodes of a class or parent list are scattered in memory: fetch a few ahead.
   static constexpr ptrdiff_t kPrefetch = 12;
 
+  // The step's operator's members of a class's node list, or of its parent list
+  // (`child` >= 0: only parents with class c at that child).
+  [[gnu::always_inline]] bool walk(size_t i, const PlanStep& st, const std::vector<EGraph::Member>& list,
+                                   int child, ClassId c) {
+    auto [lo, hi] = g_.op_range(list, rule_.atoms[st.index].id);
+    Window w = window(st.filter);
+    const ENode* nodes = g_.nodes_.data();
+    for (auto p = lo; p != hi; ++p) {
+      if (hi - p > kPrefetch) __builtin_prefetch(&nodes[p[kPrefetch].node]);
+      const ENode& e = nodes[p->node];
+      if (e.flags || !w.holds(e.stamp) || (child >= 0 && g_.children_of(e)[child] != c)) continue;
+      if (!try_node(i, st, p->node)) return false;
+    }
+    return true;
+  }
+
   // Returns false once the match limit is exceeded (the search is abandoned).
   bool step(size_t i) {
     const PlanStep& st = plan_[i];
@@ -319,33 +335,13 @@ class Matcher {
         return true;
       }
       case PlanStep::Kind::ByClass: {
-        const Atom& atom = rule_.atoms[st.index];
-        ClassId c = env_[atom.vars[0]].as_class();
-        auto [lo, hi] = g_.op_range(g_.classes_[c].nodes, atom.id);
-        Window w = window(st.filter);
-        const ENode* nodes = g_.nodes_.data();
-        for (auto p = lo; p != hi; ++p) {
-          if (hi - p > kPrefetch) __builtin_prefetch(&nodes[p[kPrefetch].node]);
-          const ENode& e = nodes[p->node];
-          if (e.flags || !w.holds(e.stamp)) continue;
-          if (!try_node(i, st, p->node)) return false;
-        }
-        return true;
+        ClassId c = env_[rule_.atoms[st.index].vars[0]].as_class();
+        return walk(i, st, g_.classes_[c].nodes, -1, c);
       }
       case PlanStep::Kind::ByChild: {
-        const Atom& atom = rule_.atoms[st.index];
-        ClassId c = env_[atom.vars[st.key]].as_class();
-        uint32_t child = g_.ops_[atom.id].slot[st.key - 1];
-        auto [lo, hi] = g_.op_range(g_.classes_[c].parents, atom.id);
-        Window w = window(st.filter);
-        const ENode* nodes = g_.nodes_.data();
-        for (auto p = lo; p != hi; ++p) {
-          if (hi - p > kPrefetch) __builtin_prefetch(&nodes[p[kPrefetch].node]);
-          const ENode& e = nodes[p->node];
-          if (e.flags || !w.holds(e.stamp) || g_.children_of(e)[child] != c) continue;
-          if (!try_node(i, st, p->node)) return false;
-        }
-        return true;
+        ClassId c = env_[rule_.atoms[st.index].vars[st.key]].as_class();
+        int child = static_cast<int>(g_.ops_[rule_.atoms[st.index].id].slot[st.key - 1]);
+        return walk(i, st, g_.classes_[c].parents, child, c);
       }
     }
     return true;
