@@ -104,7 +104,7 @@ struct RunOptions {
   bool backoff = false;                // egg's BackoffScheduler
   size_t match_limit = 1000;           // backoff: initial match threshold
   size_t ban_length = 5;               // backoff: initial ban, in iterations
-  size_t slice_matches = 8192;         // near the node limit: matches searched per slice
+  size_t slice_matches = 2048;         // near the node limit: matches searched per slice
   bool naive = false;                  // re-match everything each iteration (testing)
   bool generic_actions = false;        // no register programs for class-only actions (testing)
 };
