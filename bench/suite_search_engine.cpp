@@ -64,22 +64,31 @@ struct Measurement {
   double median_cpu = 0;
 };
 
-// Grows every expression under the rules to `node_limit` e-nodes (or 30 iterations, or
-// saturation) from a cloned, pre-parsed engine; sums e-nodes and CPU time.
+// Grows `expr` under the rules from a cloned, pre-parsed engine; `cpu` receives the
+// CPU seconds of adding the term and running.
+static RunReport grow(const EGraph& base, const char* expr, const RunOptions& opt, double& cpu) {
+  EGraph g = base;
+  double c0 = cpu_seconds();
+  g.add_term(expr);
+  RunReport r = g.run(Schedule::saturate({Schedule::run("math")}), opt);
+  cpu = cpu_seconds() - c0;
+  return r;
+}
+
+// Grows every expression to `node_limit` e-nodes (or 30 iterations, or saturation);
+// sums e-nodes and CPU time.
 static Measurement measure(const EGraph& base, size_t node_limit, bool naive, bool verbose) {
   Measurement m;
+  RunOptions opt;
+  opt.node_limit = node_limit;
+  opt.iteration_limit = 30;
+  opt.time_limit_s = 60;
+  opt.naive = naive;
   for (const char* expr : kExprs) {
-    EGraph g = base;
     auto t0 = std::chrono::steady_clock::now();
-    double c0 = cpu_seconds();
-    g.add_term(expr);
-    RunOptions opt;
-    opt.node_limit = node_limit;
-    opt.iteration_limit = 30;
-    opt.time_limit_s = 60;
-    opt.naive = naive;
-    RunReport r = g.run(Schedule::saturate({Schedule::run("math")}), opt);
-    m.cpu += cpu_seconds() - c0;
+    double cpu = 0;
+    RunReport r = grow(base, expr, opt, cpu);
+    m.cpu += cpu;
     m.wall += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     m.nodes += r.nodes;
     m.iterations += r.iterations;
@@ -108,35 +117,34 @@ static void print(const char* name, size_t node_limit, const Measurement& m, boo
 // --iterations N: for the same-run comparison with egglog (bench/suite_search.py):
 // each expression runs exactly N iterations with no node limit, best of 3; prints one
 // JSON object with the program text, and e-nodes and CPU seconds per expression.
-static int iterations_mode(const EGraph& base, size_t iterations) {
-  std::printf("{\"rules\":\"");
-  for (const char* c = kRules; *c; ++c) {
+static void print_json_string(const char* text) {
+  std::putchar('"');
+  for (const char* c = text; *c; ++c) {
     if (*c == '"' || *c == '\\') std::printf("\\%c", *c);
     else if (*c == '\n') std::printf("\\n");
     else std::putchar(*c);
   }
-  std::printf("\",\"iterations\":%zu,\"expressions\":[", iterations);
+  std::putchar('"');
+}
+
+static int iterations_mode(const EGraph& base, size_t iterations) {
+  RunOptions opt;
+  opt.node_limit = SIZE_MAX;
+  opt.iteration_limit = iterations;
+  opt.time_limit_s = 600;
+  std::printf("{\"rules\":");
+  print_json_string(kRules);
+  std::printf(",\"iterations\":%zu,\"expressions\":[", iterations);
   for (size_t i = 0; i < std::size(kExprs); ++i) {
-    double best = 1e30;
+    double best = 1e30, cpu = 0;
     size_t nodes = 0;
     for (int rep = 0; rep < 3; ++rep) {
-      EGraph g = base;
-      double c0 = cpu_seconds();
-      g.add_term(kExprs[i]);
-      RunOptions opt;
-      opt.node_limit = SIZE_MAX;
-      opt.iteration_limit = iterations;
-      opt.time_limit_s = 600;
-      RunReport r = g.run(Schedule::saturate({Schedule::run("math")}), opt);
-      best = std::min(best, cpu_seconds() - c0);
-      nodes = r.nodes;
+      nodes = grow(base, kExprs[i], opt, cpu).nodes;
+      best = std::min(best, cpu);
     }
-    std::printf("%s{\"term\":\"", i ? "," : "");
-    for (const char* c = kExprs[i]; *c; ++c) {
-      if (*c == '"') std::printf("\\\"");
-      else std::putchar(*c);
-    }
-    std::printf("\",\"nodes\":%zu,\"cpu_s\":%.6f}", nodes, best);
+    std::printf("%s{\"term\":", i ? "," : "");
+    print_json_string(kExprs[i]);
+    std::printf(",\"nodes\":%zu,\"cpu_s\":%.6f}", nodes, best);
   }
   std::printf("]}\n");
   return 0;

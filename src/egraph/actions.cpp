@@ -103,7 +103,7 @@ std::optional<EGraph::ClassProgram> EGraph::compile_class_program(const Rule& ru
   if (std::find(state.keep_is_class.begin(), state.keep_is_class.end(), 0) != state.keep_is_class.end())
     return std::nullopt;
   ClassProgram prog;
-  prog.registers = static_cast<uint16_t>(state.keep.size());
+  prog.inputs = prog.registers = static_cast<uint16_t>(state.keep.size());
   std::vector<int> reg_of_var(rule.vars.size(), -1);
   for (size_t k = 0; k < state.keep.size(); ++k) reg_of_var[state.keep[k]] = static_cast<int>(k);
   // The register holding term t, or -1 when t is not a class-only term.
@@ -145,38 +145,30 @@ std::optional<EGraph::ClassProgram> EGraph::compile_class_program(const Rule& ru
   return prog;
 }
 
+void EGraph::run_class_program(const ClassProgram& prog, const uint32_t* match) {
+  ClassId regs[64];
+  std::copy(match, match + prog.inputs, regs);
+  for (const ClassProgram::Step& b : prog.steps) {
+    ClassId ch[2];
+    for (uint32_t i = 0; i < b.arity; ++i) ch[i] = find(regs[b.args[i]]);
+    if (b.op == ClassProgram::kUnion) {
+      if (ch[0] != ch[1]) union_classes(ch[0], ch[1]);
+    } else {
+      regs[b.dst] = add_canonical(b.op, ch, nullptr);
+    }
+  }
+}
+
 size_t EGraph::apply_rule(uint32_t r, const uint32_t* matches, size_t count, size_t node_limit,
                           bool generic) {
   const Rule& rule = rules_[r];
   const RuleState& state = rule_state_[r];
-  size_t applied = 0, pos = 0;
-  if (const std::optional<ClassProgram>& prog = state.class_program; prog && !generic) {
-    ClassId regs[64];
-    size_t width = state.keep.size();
-    for (size_t m = 0; m < count; ++m, matches += width) {
-      if (live_nodes_ > node_limit) {
-        rebuild();  // as below
-        if (live_nodes_ > node_limit) break;
-      }
-      uint64_t before = version_;
-      std::copy(matches, matches + width, regs);
-      for (const ClassProgram::Step& b : prog->steps) {
-        ClassId ch[2];
-        for (uint32_t i = 0; i < b.arity; ++i) ch[i] = find(regs[b.args[i]]);
-        if (b.op == ClassProgram::kUnion) {
-          if (ch[0] != ch[1]) union_classes(ch[0], ch[1]);
-        } else {
-          regs[b.dst] = add_canonical(b.op, ch, nullptr);
-        }
-      }
-      applied += version_ != before;
-    }
-    return applied;
-  }
-  std::vector<Value> env(rule.vars.size());
+  const ClassProgram* prog = state.class_program && !generic ? &*state.class_program : nullptr;
+  std::vector<Value> env(prog ? 0 : rule.vars.size());
   size_t room = 0;
   for (const CompiledAction& act : state.actions) room = std::max(room, act.a.size() + act.b.size());
-  std::vector<Value> stack(room);
+  std::vector<Value> stack(prog ? 0 : room);
+  size_t applied = 0, pos = 0;
   for (size_t m = 0; m < count; ++m) {
     if (live_nodes_ > node_limit) {
       // Over budget: part of it may be congruent duplicates (nodes built on stale
@@ -184,18 +176,23 @@ size_t EGraph::apply_rule(uint32_t r, const uint32_t* matches, size_t count, siz
       rebuild();
       if (live_nodes_ > node_limit) break;
     }
-    for (size_t k = 0; k < state.keep.size(); ++k) {
-      if (state.keep_is_class[k]) {
-        env[state.keep[k]] = Value::cls(matches[pos++]);
-      } else {
-        env[state.keep[k]] = Value::from_bits(static_cast<ValueKind>(matches[pos]),
-                                              matches[pos + 1] | (uint64_t{matches[pos + 2]} << 32));
-        pos += 3;
-      }
-    }
     uint64_t before = version_;
-    for (const CompiledAction& act : state.actions)
-      if (!run_action(act, env, stack.data())) break;
+    if (prog) {
+      run_class_program(*prog, matches + pos);
+      pos += prog->inputs;  // one word per kept class variable
+    } else {
+      for (size_t k = 0; k < state.keep.size(); ++k) {
+        if (state.keep_is_class[k]) {
+          env[state.keep[k]] = Value::cls(matches[pos++]);
+        } else {
+          env[state.keep[k]] = Value::from_bits(static_cast<ValueKind>(matches[pos]),
+                                                matches[pos + 1] | (uint64_t{matches[pos + 2]} << 32));
+          pos += 3;
+        }
+      }
+      for (const CompiledAction& act : state.actions)
+        if (!run_action(act, env, stack.data())) break;
+    }
     applied += version_ != before;
   }
   return applied;

@@ -229,25 +229,37 @@ void EGraph::touch(NodeId n) {
   op_log_[e.op].emplace_back(clock_, n);
 }
 
+// Splits op(args), args in declared order, into canonical children and payloads;
+// returns the index of the first argument of the wrong kind, or -1.
+int EGraph::split_args(OpId op, const Value* args, ClassId* ch, Value* pl) {
+  const OpInfo& info = ops_[op];
+  for (size_t i = 0; i < info.kinds.size(); ++i) {
+    if (args[i].kind() != info.kinds[i]) return static_cast<int>(i);
+    if (info.kinds[i] == ValueKind::Class) ch[info.slot[i]] = find(args[i].as_class());
+    else pl[info.slot[i]] = args[i];
+  }
+  return -1;
+}
+
+void EGraph::check_arg_kinds(OpId op, int bad, const Value* args) const {
+  if (bad < 0) return;
+  const OpInfo& info = ops_[op];
+  fail(info.name, " argument ", bad + 1, " must be ", sorts_[info.args[bad]].name, ", got ",
+       value_kind_name(args[bad].kind()));
+}
+
 ClassId EGraph::add(OpId op, std::span<const Value> args) {
   LUMINAL_CHECK(op < ops_.size(), "add: unknown operator id ", op);
   const OpInfo& info = ops_[op];
   LUMINAL_CHECK(args.size() == info.args.size(), info.name, " expects ", info.args.size(),
                 " arguments, got ", args.size());
+  LUMINAL_CHECK(info.num_children <= 16 && info.num_payloads <= 16, info.name, ": too many arguments");
+  for (const Value& v : args)
+    LUMINAL_CHECK(v.kind() != ValueKind::Class || v.as_class() < uf_.size(), info.name, ": unknown e-class ",
+                  v.as_class());
   ClassId ch[16];
   Value pl[16];
-  LUMINAL_CHECK(info.num_children <= 16 && info.num_payloads <= 16, info.name, ": too many arguments");
-  for (size_t i = 0; i < args.size(); ++i) {
-    const SortInfo& s = sorts_[info.args[i]];
-    LUMINAL_CHECK(args[i].kind() == s.kind, info.name, " argument ", i + 1, " must be ", s.name,
-                  ", got ", value_kind_name(args[i].kind()));
-    if (s.kind == ValueKind::Class) {
-      LUMINAL_CHECK(args[i].as_class() < uf_.size(), info.name, ": unknown e-class ", args[i].as_class());
-      ch[info.slot[i]] = find(args[i].as_class());
-    } else {
-      pl[info.slot[i]] = args[i];
-    }
-  }
+  check_arg_kinds(op, split_args(op, args.data(), ch, pl), args.data());
   return add_canonical(op, ch, pl);
 }
 
@@ -260,7 +272,6 @@ ClassId EGraph::add_canonical(OpId op, const ClassId* ch, const Value* pl) {
 
 ClassId EGraph::add_new(OpId op, const ClassId* ch, const Value* pl, uint64_t h) {
   const OpInfo& info = ops_[op];
-
   ClassId cls = static_cast<ClassId>(uf_.size());
   uf_.push_back(cls);
   classes_.emplace_back();
@@ -294,46 +305,21 @@ ClassId EGraph::add_new(OpId op, const ClassId* ch, const Value* pl, uint64_t h)
 }
 
 std::optional<ClassId> EGraph::construct(OpId op, const Value* args, bool mutate) {
-  const OpInfo& info = ops_[op];
-  size_t arity = info.kinds.size();
-  auto check = [&](size_t i) {
-    // Rule terms are sort-checked at load; only a primitive's result can be off.
-    LUMINAL_CHECK(args[i].kind() == info.kinds[i], info.name, " argument ", i + 1, " must be ",
-                  value_kind_name(info.kinds[i]), ", got ", value_kind_name(args[i].kind()));
-  };
   ClassId ch[16];
-  NodeId n;
-  if (info.num_payloads == 0) {  // the common case: children only, in declared order
-    for (size_t i = 0; i < arity; ++i) check(i), ch[i] = find(args[i].as_class());
-    if (mutate) return add_canonical(op, ch, nullptr);
-    n = memo_find(op, ch, nullptr, hash_node(op, ch, nullptr));
-  } else {
-    Value pl[16];
-    for (size_t i = 0; i < arity; ++i) {
-      check(i);
-      if (info.kinds[i] == ValueKind::Class) ch[info.slot[i]] = find(args[i].as_class());
-      else pl[info.slot[i]] = args[i];
-    }
-    if (mutate) return add_canonical(op, ch, pl);
-    n = memo_find(op, ch, pl, hash_node(op, ch, pl));
-  }
+  Value pl[16];
+  // Rule terms are sort-checked at load; only a primitive's result can be off.
+  check_arg_kinds(op, split_args(op, args, ch, pl), args);
+  if (mutate) return add_canonical(op, ch, pl);
+  NodeId n = memo_find(op, ch, pl, hash_node(op, ch, pl));
   if (n == kInvalid) return std::nullopt;
   return class_of(n);
 }
 
 std::optional<NodeId> EGraph::lookup(OpId op, std::span<const Value> args) {
-  const OpInfo& info = ops_[op];
-  if (args.size() != info.args.size()) return std::nullopt;
+  if (op >= ops_.size() || args.size() != ops_[op].args.size()) return std::nullopt;
   ClassId ch[16];
   Value pl[16];
-  for (size_t i = 0; i < args.size(); ++i) {
-    if (sorts_[info.args[i]].kind == ValueKind::Class) {
-      if (args[i].kind() != ValueKind::Class) return std::nullopt;
-      ch[info.slot[i]] = find(args[i].as_class());
-    } else {
-      pl[info.slot[i]] = args[i];
-    }
-  }
+  if (split_args(op, args.data(), ch, pl) >= 0) return std::nullopt;
   NodeId n = memo_find(op, ch, pl, hash_node(op, ch, pl));
   if (n == kInvalid) return std::nullopt;
   return n;
@@ -647,7 +633,7 @@ std::span<const Value> EGraph::payloads(NodeId n) const {
 Value EGraph::node_arg(NodeId n, size_t arg) const {
   const ENode& e = nodes_[n];
   const OpInfo& info = ops_[e.op];
-  if (sorts_[info.args[arg]].kind == ValueKind::Class)
+  if (info.kinds[arg] == ValueKind::Class)
     return Value::cls(find(children_of(e)[info.slot[arg]]));
   return payload_store_[e.payloads + info.slot[arg]];
 }

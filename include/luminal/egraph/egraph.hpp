@@ -154,7 +154,7 @@ class EGraph {
   const OpInfo& op(OpId o) const { return ops_[o]; }
   const FunctionInfo& function(FuncId f) const { return funcs_[f].info; }
   size_t num_ops() const { return ops_.size(); }
-  bool arg_is_payload(OpId o, size_t arg) const { return sorts_[ops_[o].args[arg]].kind != ValueKind::Class; }
+  bool arg_is_payload(OpId o, size_t arg) const { return ops_[o].kinds[arg] != ValueKind::Class; }
 
   // ---- rule files (docs/EGRAPH.md) ----
   // Errors throw luminal::Error "file:line:col: message".
@@ -270,6 +270,7 @@ class EGraph {
     static constexpr OpId kUnion = UINT32_MAX;
     struct Step { OpId op; uint32_t arity; uint16_t dst, args[2]; };  // op == kUnion: union args
     std::vector<Step> steps;
+    uint16_t inputs = 0;       // registers filled from the match words
     uint16_t registers = 0;
   };
   struct RuleState {
@@ -306,6 +307,8 @@ class EGraph {
   // The node (op, children, payloads) with canonical children: the existing one's
   // class, or a new node in a new class. Arguments are trusted (add() validates).
   ClassId add_canonical(OpId op, const ClassId* ch, const Value* pl);
+  int split_args(OpId op, const Value* args, ClassId* ch, Value* pl);
+  void check_arg_kinds(OpId op, int bad, const Value* args) const;  // throws when bad >= 0
   ClassId add_new(OpId op, const ClassId* ch, const Value* pl, uint64_t h);  // not in the hashcons
 
   // The matches of one iteration, as packed words; grows without zero-filling.
@@ -335,6 +338,7 @@ class EGraph {
   size_t search_rule(uint32_t r, size_t limit, bool naive, MatchBuffer& matches,
                      SearchCursor* cursor = nullptr, size_t want = SIZE_MAX);
   size_t apply_rule(uint32_t r, const uint32_t* matches, size_t count, size_t node_limit, bool generic);
+  void run_class_program(const ClassProgram& prog, const uint32_t* match);
   std::optional<ClassProgram> compile_class_program(const Rule& rule, const RuleState& state) const;
   void compile_term(const Rule& rule, uint32_t t, Code& out) const;
   // Runs `code` with its results pushed from `sp` (room for code.size() values);
