@@ -299,39 +299,20 @@ TEST(EGraphRules, DeleteRemovesNodes) {
 }
 
 TEST(EGraphRun, BudgetsStopRunawayRules) {
-  auto long_sum = [](EGraph& g) {
-    std::string t = "(Var \"x0\")";
-    for (int i = 1; i < 12; ++i) t = "(Add " + t + " (Var \"x" + std::to_string(i) + "\"))";
-    return g.add_term(t);
-  };
+  std::string sum = "(Var \"x0\")";
+  for (int i = 1; i < 12; ++i) sum = "(Add " + sum + " (Var \"x" + std::to_string(i) + "\"))";
   {
-    EGraph g;
-    g.load_string(kMath, "math.egg");
-    long_sum(g);
-    RunOptions opt;
-    opt.node_limit = 5000;
-    RunReport r = g.run(saturate_math(), opt);
+    RunReport r = grow_math(sum.c_str(), {.node_limit = 5000});
     EXPECT_EQ(r.stop, StopReason::NodeLimit);
     EXPECT_GT(r.nodes, 2500u);  // rebuild may merge some of the overshoot back
   }
   {
-    EGraph g;
-    g.load_string(kMath, "math.egg");
-    long_sum(g);
-    RunOptions opt;
-    opt.iteration_limit = 3;
-    RunReport r = g.run(saturate_math(), opt);
+    RunReport r = grow_math(sum.c_str(), {.iteration_limit = 3});
     EXPECT_EQ(r.stop, StopReason::IterationLimit);
     EXPECT_EQ(r.iterations, 3u);
   }
   {
-    EGraph g;
-    g.load_string(kMath, "math.egg");
-    long_sum(g);
-    RunOptions opt;
-    opt.time_limit_s = 0.05;
-    opt.node_limit = 50'000'000;
-    RunReport r = g.run(saturate_math(), opt);
+    RunReport r = grow_math(sum.c_str(), {.node_limit = 50'000'000, .time_limit_s = 0.05});
     EXPECT_EQ(r.stop, StopReason::TimeLimit);
     EXPECT_LT(r.total_s, 5.0);
   }
