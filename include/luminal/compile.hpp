@@ -20,13 +20,21 @@ struct DimBucket {
   bool contains(int64_t v) const { return v >= min && v <= max; }
 };
 
+// Whether the chosen program is checked against the unrewritten one on adversarial
+// inputs (negatives, +-0, +-inf, NaN, subnormals) before it is kept.
+enum class VerifyMode { Auto, Always, Never };  // Auto: segments of at most 4096 nodes
+
 // What a compile did, phase by phase (seconds).
 struct CompileReport {
-  double find_repeats_s = 0, build_egraph_s = 0, saturate_s = 0, search_s = 0, stitch_load_s = 0, total_s = 0;
-  int64_t segments_compiled = 0, block_copies = 0, block_period = 0;
+  double find_repeats_s = 0, build_egraph_s = 0, saturate_s = 0, search_s = 0, verify_s = 0, stitch_load_s = 0,
+         total_s = 0;
+  double setup_s = 0;  // extracting and loading candidates (per candidate: setup_s / candidates)
+  int64_t segments_compiled = 0, segments_reused = 0, block_copies = 0, block_period = 0;
   int64_t egraph_nodes = 0, egraph_classes = 0, choice_slots = 0;
-  int64_t candidates = 0, rejected = 0;
+  int64_t candidates = 0, rejected = 0, duplicates = 0;
+  int64_t verified = 0, verify_failures = 0;
   int64_t plans = 0;
+  int64_t peak_bytes = 0;  // memory planner: the largest plan's arena plus its inputs
   std::string egraph_stop;  // why saturation stopped (last segment)
   std::vector<std::string> notes;
   std::string to_string() const;
@@ -34,10 +42,13 @@ struct CompileReport {
 
 struct CompileOptions {
   int64_t search_graph_limit_ = 100;  // candidates profiled at most
-  std::chrono::duration<double> search_time_limit_{std::chrono::hours(24 * 365)};
+  // The whole compile's search budget, shared by its segments and buckets.
+  std::chrono::duration<double> search_time_limit_{60.0};
   int generation_size_ = 10;
   int mutations_ = 10;
   int trials_ = 3;
+  int warmup_ = 1;
+  VerifyMode verify_ = VerifyMode::Auto;
   int keep_best_ = 1;
   std::chrono::duration<double> profile_timeout_{1.0};
   uint64_t seed_ = 0;
@@ -53,6 +64,8 @@ struct CompileOptions {
   CompileOptions& generation_size(int v) { generation_size_ = v; return *this; }
   CompileOptions& mutations(int v) { mutations_ = v; return *this; }
   CompileOptions& trials(int v) { trials_ = v; return *this; }
+  CompileOptions& warmup(int v) { warmup_ = v; return *this; }
+  CompileOptions& verify(VerifyMode v) { verify_ = v; return *this; }
   CompileOptions& keep_best(int v) { keep_best_ = v; return *this; }
   CompileOptions& profile_timeout(std::chrono::duration<double> v) { profile_timeout_ = v; return *this; }
   CompileOptions& seed(uint64_t v) { seed_ = v; return *this; }

@@ -11,6 +11,7 @@
 #include <string_view>
 #include <vector>
 
+#include "luminal/backend_op.hpp"
 #include "luminal/dtype.hpp"
 #include "luminal/host_tensor.hpp"
 #include "luminal/shape.hpp"
@@ -60,6 +61,8 @@ struct Node {
   bool persist = false;           // Input: buffer survives execute
   NodeId updates = kNoNode;       // Output: after execute, this Input's buffer becomes the output
   std::shared_ptr<const CustomOp> custom;
+  std::shared_ptr<const BackendOpCall> backend;  // BackendOp: which op, with its attributes
+  std::string user_op;  // the tensor-API op this node was decomposed from ("softmax"), for errors
 };
 
 class GraphTensor;

@@ -10,21 +10,56 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <unordered_map>
 #include <vector>
 
+#include "luminal/error.hpp"
 #include "luminal/graph.hpp"
 #include "luminal/host_tensor.hpp"
 #include "luminal/tensor.hpp"
 
 namespace luminal {
 
-// How long one execution took, as measured by the backend.
+namespace egraph { class EGraph; }
+struct CompileOptions;
+
+// How one candidate is timed. The backend times itself (device events where it has
+// them); `timeout` bounds the whole measurement, enforced inside a run as well.
+struct ProfileOptions {
+  int warmup = 1;
+  int trials = 3;
+  std::chrono::duration<double> timeout{1.0};
+};
+
+// How long one execution took, as measured by the backend (the best trial).
 struct ProfileResult {
   double seconds = 0;
   bool timed_out = false;
+};
+
+// Thrown from inside a run that passed its profiling deadline.
+class ProfileTimeout : public Error {
+ public:
+  ProfileTimeout() : Error("profiling: the run passed its deadline") {}
+};
+
+// One stage of the rule schedule: its rule sets are saturated together, under their
+// own node and time budgets, before the next stage starts (so rules late in a file are
+// not starved by early ones). The "ir" list rules run in every stage.
+struct RuleStage {
+  std::string name;
+  std::vector<std::string> rulesets;
+  int64_t node_limit = 200'000;
+  double time_limit_s = 10;
+};
+
+// What a candidate is expected to cost before it runs. A candidate whose memory is
+// above CompileOptions::memory_limit is rejected without running.
+struct CostEstimate {
+  int64_t memory_bytes = 0;  // device memory the program needs (arena + its own buffers)
 };
 
 class Runtime {
@@ -34,15 +69,37 @@ class Runtime {
 
   // A fresh runtime of the same kind, used to profile candidates during search.
   virtual std::unique_ptr<Runtime> fresh() const = 0;
-  // Rule files (paths) with this backend's lowering rules, loaded after the core rules.
+
+  // ---- compiler hooks; each has a default, so a backend overrides only what it has
+  // ---- (docs/BACKENDS.md states each contract) ----
+  // Rule files (paths) with this backend's ops and rules, loaded after the core rules.
   virtual std::vector<std::string> rule_files() const { return {}; }
+  // The rule schedule. Default: one stage saturating options.rulesets.
+  virtual std::vector<RuleStage> rule_stages(const CompileOptions& options) const;
+  // Host primitives the backend's rule guards call.
+  virtual void register_primitives(egraph::EGraph&) const {}
+  // Cost of a program before it runs. Default: its buffers, packed by the memory planner.
+  virtual CostEstimate estimate(const Graph& program, const DimMap& dims) const;
+  // Called with a whole generation of candidate programs before they are loaded one by
+  // one: a backend that compiles code compiles them here, in parallel. Errors here are
+  // per program: a backend records them and throws from load_program.
+  virtual void prepare(std::span<const Graph* const> programs) {}
+  // Time the active program: warm-up runs, then trials; the best trial counts. The
+  // default uses the host clock around run() and sets the deadline run() checks.
+  virtual ProfileResult profile(const DimMap& dims, const ProfileOptions& options);
 
-  // Load a program. Input and Output nodes are addressed by their `external id`
-  // (the NodeId in the user's graph), given by `external_ids[program node]`.
-  virtual void load(const Graph& program, std::vector<NodeId> external_ids) = 0;
+  // ---- programs ----
+  // Load a program into slot `slot` (replacing any program there); slot 0 is the one
+  // execute() runs when there is a single plan. Input and Output nodes are addressed by
+  // their `external id` (the NodeId in the user's graph), `external_ids[program node]`.
+  // Data set by the user lives in the runtime, keyed by external id: loading a program
+  // never drops it, and every slot shares it (persisted weights and caches are never
+  // copied when execute switches between plans).
+  virtual void load_program(size_t slot, const Graph& program, std::vector<NodeId> external_ids) = 0;
+  void load(const Graph& program, std::vector<NodeId> external_ids);  // a single plan in slot 0
 
-  // One plan per combination of dim buckets; execute() picks the plan whose buckets
-  // hold the dims (persisted tensors carry over) and runs it.
+  // One plan per combination of dim buckets, all resident at once; execute() picks the
+  // plan whose buckets hold the dims and runs it.
   struct Plan {
     std::map<std::string, std::pair<int64_t, int64_t>> ranges;  // dim -> inclusive range
     Graph program;
@@ -50,8 +107,7 @@ class Runtime {
   };
   void load_plans(std::vector<Plan> plans, uint64_t source_graph_uid = 0);
   void execute(const DimMap& dims);
-  // Time `trials` executions; stop early once `timeout` is exceeded.
-  ProfileResult profile(const DimMap& dims, int trials, std::chrono::duration<double> timeout);
+  size_t active_slot() const { return active_slot_; }
 
   // ---- data in and out (by the user's tensor or NodeId) ----
   virtual void set_tensor(NodeId input, HostTensor data) = 0;
@@ -86,13 +142,21 @@ class Runtime {
                                             bool allow_missing = true);
 
  protected:
-  virtual void run(const DimMap& dims) = 0;
+  // Run the program in `slot` (it is loaded).
+  virtual void run(size_t slot, const DimMap& dims) = 0;
+  // During profile(): a backend whose ops are long checks this between them and throws
+  // ProfileTimeout, so one slow candidate cannot stall the search.
+  void check_deadline() const {
+    if (deadline_ && std::chrono::steady_clock::now() > *deadline_) throw ProfileTimeout();
+  }
+  void set_deadline(std::optional<std::chrono::steady_clock::time_point> d) { deadline_ = d; }
   void check_graph(const GraphTensor& t) const;
 
  private:
-  std::vector<Plan> plans_;
-  int active_plan_ = -1;
+  std::vector<std::map<std::string, std::pair<int64_t, int64_t>>> plan_ranges_;
+  size_t active_slot_ = 0;
   uint64_t source_uid_ = 0;
+  std::optional<std::chrono::steady_clock::time_point> deadline_;
 };
 
 }  // namespace luminal

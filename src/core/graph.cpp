@@ -91,6 +91,8 @@ void validate(const Graph& g, const Node& n) {
                         " does not match state '", target.label, "' ", to_string(target.shape), " ",
                         dtype_name(target.dtype));
         }
+      } else if (n.op == OpKind::BackendOp) {
+        LUMINAL_CHECK(n.backend != nullptr, "BackendOp node without its call");
       } else {
         LUMINAL_CHECK(n.custom != nullptr, "CustomOp node without an implementation");
       }

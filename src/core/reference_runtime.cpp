@@ -146,19 +146,22 @@ double unary_f(OpKind op, double x) {
 }  // namespace
 
 struct ReferenceRuntime::State {
-  Graph program;
-  std::vector<NodeId> external_ids;                  // program node -> user id
-  std::unordered_map<NodeId, NodeId> program_of;     // user id -> program node
-  std::vector<int> consumers;                        // per program node
-  std::vector<char> folded_mul;                      // Mul evaluated inside its only consumer, a SumReduce
-  std::unordered_map<NodeId, Buffer> buffers;        // by program node
-  bool loaded = false;
+  struct Program {
+    Graph graph;
+    std::vector<NodeId> external_ids;              // program node -> user id
+    std::unordered_map<NodeId, NodeId> program_of; // user id -> program node
+  };
+  std::vector<Program> slots;
+  // The user's data, by external id: inputs set with set_tensor, outputs after execute.
+  // Shared by every slot, so switching plans copies nothing.
+  std::unordered_map<NodeId, Buffer> data;
+  // During a run: each program node's value (inputs point into `data`).
+  const Program* program = nullptr;
+  const ReferenceRuntime* self = nullptr;
+  std::vector<const Buffer*> value;
+  std::vector<Buffer> owned;
 
-  NodeId to_program(NodeId user) const {
-    auto it = program_of.find(user);
-    LUMINAL_CHECK(it != program_of.end(), "tensor ", user, " is not an input or output of the loaded program");
-    return it->second;
-  }
+  const Buffer& input_value(const Node& n, size_t k) const { return *value[n.inputs[k].node]; }
 
   // Read element `k` of the view `v` of buffer `b` (0 inside padding).
   static double readf(const Buffer& b, int64_t p) { return p < 0 ? 0.0 : b.getf(static_cast<size_t>(p)); }
@@ -184,7 +187,9 @@ struct ReferenceRuntime::State {
   }
 
   Buffer eval_node(NodeId id, const DimMap& dims);
-  Buffer eval_sum_of_mul(const Node& sum, const DimMap& dims);
+  // RefSumMul: SumReduce over `axis` of the product a*b (rounded to the product's dtype),
+  // evaluated without materialising the product, which is k times larger than the result.
+  Buffer eval_sum_of_mul(const Node& n, const DimMap& dims);
 };
 
 ReferenceRuntime::ReferenceRuntime() : state_(std::make_unique<State>()) {}
@@ -192,130 +197,127 @@ ReferenceRuntime::~ReferenceRuntime() = default;
 ReferenceRuntime::ReferenceRuntime(ReferenceRuntime&&) noexcept = default;
 ReferenceRuntime& ReferenceRuntime::operator=(ReferenceRuntime&&) noexcept = default;
 
-void ReferenceRuntime::load(const Graph& program, std::vector<NodeId> external_ids) {
+std::vector<std::string> ReferenceRuntime::rule_files() const {
+  return {std::string(LUMINAL_SOURCE_DIR) + "/src/core/reference.egg"};
+}
+
+std::vector<RuleStage> ReferenceRuntime::rule_stages(const CompileOptions& o) const {
+  auto stages = Runtime::rule_stages(o);
+  stages.front().rulesets.push_back("reference");
+  return stages;
+}
+
+void ReferenceRuntime::load_program(size_t slot, const Graph& program, std::vector<NodeId> external_ids) {
   LUMINAL_ASSERT(external_ids.size() == program.size(), "external id table size");
   auto& s = *state_;
-  s.program = program;
-  s.external_ids = std::move(external_ids);
-  s.program_of.clear();
-  s.consumers.assign(program.size(), 0);
-  s.folded_mul.assign(program.size(), 0);
-  s.buffers.clear();
+  if (s.slots.size() <= slot) s.slots.resize(slot + 1);
+  State::Program& p = s.slots[slot];
+  p.graph = program;
+  p.external_ids = std::move(external_ids);
+  p.program_of.clear();
   for (NodeId i = 0; i < program.size(); ++i) {
-    const Node& n = s.program.node(i);
-    for (const auto& in : n.inputs) {
-      LUMINAL_ASSERT(in.node < i, "program is not in topological order at node ", i);
-      s.consumers[in.node]++;
-    }
-    if (n.op == OpKind::SumReduce && s.program.node(n.inputs[0].node).op == OpKind::Mul)
-      s.folded_mul[n.inputs[0].node] = 1;  // confirmed below once all consumers are counted
-    if ((n.op == OpKind::Input || n.op == OpKind::Output) && s.external_ids[i] != kNoNode) {
-      s.program_of[s.external_ids[i]] = i;
-    }
+    const Node& n = p.graph.node(i);
+    for (const auto& in : n.inputs) LUMINAL_ASSERT(in.node < i, "program is not in topological order at node ", i);
+    if ((n.op == OpKind::Input || n.op == OpKind::Output) && p.external_ids[i] != kNoNode)
+      p.program_of[p.external_ids[i]] = i;
   }
-  for (NodeId i = 0; i < program.size(); ++i) s.folded_mul[i] = s.folded_mul[i] && s.consumers[i] == 1;
-  s.loaded = true;
 }
 
 void ReferenceRuntime::set_tensor(NodeId input, HostTensor data) {
   auto& s = *state_;
-  NodeId p = s.to_program(input);
-  const Node& n = s.program.node(p);
-  LUMINAL_CHECK(n.op == OpKind::Input, "set_data: tensor ", input, " is not an input");
-  s.buffers[p] = from_host(data.cast(n.dtype));
+  const Node* n = nullptr;
+  for (const auto& p : s.slots)
+    if (auto it = p.program_of.find(input); it != p.program_of.end()) {
+      n = &p.graph.node(it->second);
+      break;
+    }
+  LUMINAL_CHECK(n != nullptr, "tensor ", input, " is not an input or output of the loaded program");
+  LUMINAL_CHECK(n->op == OpKind::Input, "set_data: tensor ", input, " is not an input");
+  s.data[input] = from_host(data.cast(n->dtype));
 }
 
-bool ReferenceRuntime::has_tensor(NodeId node) const {
-  auto it = state_->program_of.find(node);
-  return it != state_->program_of.end() && state_->buffers.count(it->second);
-}
+bool ReferenceRuntime::has_tensor(NodeId node) const { return state_->data.count(node) > 0; }
 
 HostTensor ReferenceRuntime::get_tensor(NodeId node) const {
   auto& s = *state_;
-  NodeId p = s.to_program(node);
-  auto it = s.buffers.find(p);
-  const Node& n = s.program.node(p);
-  LUMINAL_CHECK(it != s.buffers.end(), "tensor ", node, " ('", n.label, "') has no data: ",
-                n.op == OpKind::Output ? "execute has not run" : "it was never set, or a previous execute consumed it (persist() keeps it)");
+  const Node* n = nullptr;
+  for (const auto& p : s.slots)
+    if (auto it = p.program_of.find(node); it != p.program_of.end()) {
+      n = &p.graph.node(it->second);
+      break;
+    }
+  LUMINAL_CHECK(n != nullptr, "tensor ", node, " is not an input or output of the loaded program");
+  auto it = s.data.find(node);
+  LUMINAL_CHECK(it != s.data.end(), "tensor ", node, " ('", n->label, "') has no data: ",
+                n->op == OpKind::Output ? "execute has not run" : "it was never set, or a previous execute consumed it (persist() keeps it)");
   return to_host(it->second, {});
 }
 
-Buffer ReferenceRuntime::State::eval_sum_of_mul(const Node& sum, const DimMap& dims) {
-  const Node& mul = program.node(sum.inputs[0].node);
-  const Buffer& a = buffers.at(mul.inputs[0].node);
-  const Buffer& b = buffers.at(mul.inputs[1].node);
-  ResolvedView va = resolve(mul.inputs[0].view, dims), vb = resolve(mul.inputs[1].view, dims);
-  check_in_bounds(a, va, mul, 0);
-  check_in_bounds(b, vb, mul, 1);
-  // The reduce reads the product buffer through its own view; compose the two.
-  ResolvedView vr = resolve(sum.inputs[0].view, dims);
-  std::vector<int64_t> mul_sizes;
-  for (const auto& d : mul.shape) mul_sizes.push_back(d.eval(dims));
-  int64_t mul_numel = 1;
-  for (auto n : mul_sizes) mul_numel *= n;
-  int axis = sum.axis;
-  int64_t k = vr.sizes[axis];
-  std::vector<int64_t> out_sizes = vr.sizes;
+Buffer ReferenceRuntime::State::eval_sum_of_mul(const Node& n, const DimMap& dims) {
+  const Buffer& a = input_value(n, 0);
+  const Buffer& b = input_value(n, 1);
+  const int axis = static_cast<int>(n.backend->i64(0));
+  const DType mul_dtype = n.backend->dtype(1);
+  ResolvedView va = resolve(n.inputs[0].view, dims), vb = resolve(n.inputs[1].view, dims);
+  check_in_bounds(a, va, n, 0);
+  check_in_bounds(b, vb, n, 1);
+  LUMINAL_ASSERT(axis >= 0 && static_cast<size_t>(axis) < va.sizes.size(), "RefSumMul axis");
+  int64_t k = va.sizes[axis];
+  std::vector<int64_t> out_sizes = va.sizes;
   out_sizes.erase(out_sizes.begin() + axis);
   int64_t total = 1;
-  for (auto n : out_sizes) total *= n;
-  Buffer out = Buffer::make(sum.dtype, static_cast<size_t>(total));
-  bool fl = is_float(sum.dtype);
-  std::vector<int64_t> full(vr.sizes.size()), scratch;
-  // Fast path (every matmul): the reduce reads the product buffer contiguously, so the
-  // product's multi-index is the reduce input's, and each operand's offset is a base
-  // plus one table lookup along the reduced axis. No padding on either operand.
-  bool direct = sum.inputs[0].view.is_contiguous() && sum.inputs[0].view.shape() == mul.shape && fl &&
-                is_float(a.dtype) && is_float(b.dtype) && va.base_valid && vb.base_valid &&
-                std::all_of(va.valid.begin(), va.valid.end(), [](const auto& v) { return v.empty(); }) &&
-                std::all_of(vb.valid.begin(), vb.valid.end(), [](const auto& v) { return v.empty(); });
-  if (direct) {
-    const double* pa_data = a.f.data();
-    const double* pb_data = b.f.data();
+  for (auto x : out_sizes) total *= x;
+  Buffer out = Buffer::make(n.dtype, static_cast<size_t>(total));
+  bool fl = is_float(n.dtype);
+  bool no_padding = va.base_valid && vb.base_valid &&
+                    std::all_of(va.valid.begin(), va.valid.end(), [](const auto& v) { return v.empty(); }) &&
+                    std::all_of(vb.valid.begin(), vb.valid.end(), [](const auto& v) { return v.empty(); });
+  // Each operand's offset is a base (the output index) plus one table lookup along the
+  // reduced axis; with padding, elements outside read 0.
+  for_each_index(out_sizes, [&](int64_t flat, const int64_t* idx) {
+    int64_t base_a = va.base, base_b = vb.base;
+    bool valid_a = va.base_valid, valid_b = vb.base_valid;
+    for (size_t d = 0, j = 0; d < va.sizes.size(); ++d) {
+      if (static_cast<int>(d) == axis) continue;
+      base_a += va.offset[d][idx[j]];
+      base_b += vb.offset[d][idx[j]];
+      valid_a = valid_a && (va.valid[d].empty() || va.valid[d][idx[j]]);
+      valid_b = valid_b && (vb.valid[d].empty() || vb.valid[d][idx[j]]);
+      ++j;
+    }
     const int64_t* oa = va.offset[axis].data();
     const int64_t* ob = vb.offset[axis].data();
-    const bool f32 = mul.dtype == DType::F32;
-    for_each_index(out_sizes, [&](int64_t flat, const int64_t* idx) {
-      int64_t base_a = va.base, base_b = vb.base;
-      for (size_t d = 0, j = 0; d < full.size(); ++d) {
-        if (static_cast<int>(d) == axis) continue;
-        base_a += va.offset[d][idx[j]];
-        base_b += vb.offset[d][idx[j]];
-        ++j;
-      }
+    if (fl && no_padding && is_float(a.dtype)) {
+      const double* pa = a.f.data();
+      const double* pb = b.f.data();
       double acc = 0;
-      if (f32) {
+      if (mul_dtype == DType::F32) {
         for (int64_t z = 0; z < k; ++z)
-          acc += static_cast<double>(static_cast<float>(pa_data[base_a + oa[z]] * pb_data[base_b + ob[z]]));
+          acc += static_cast<double>(static_cast<float>(pa[base_a + oa[z]] * pb[base_b + ob[z]]));
       } else {
-        for (int64_t z = 0; z < k; ++z)
-          acc += round_to_float_dtype(pa_data[base_a + oa[z]] * pb_data[base_b + ob[z]], mul.dtype);
+        for (int64_t z = 0; z < k; ++z) acc += round_to_float_dtype(pa[base_a + oa[z]] * pb[base_b + ob[z]], mul_dtype);
       }
-      out.f[flat] = round_to_float_dtype(acc, sum.dtype);
-    });
-    return out;
-  }
-  for_each_index(out_sizes, [&](int64_t flat, const int64_t* idx) {
-    for (size_t d = 0, j = 0; d < full.size(); ++d) full[d] = static_cast<int>(d) == axis ? 0 : idx[j++];
+      out.f[flat] = round_to_float_dtype(acc, n.dtype);
+      return;
+    }
     double accf = 0;
     int64_t acci = 0;
     for (int64_t z = 0; z < k; ++z) {
-      full[axis] = z;
-      int64_t p = vr.phys(full.data());
-      if (p < 0) continue;  // padding of the product reads 0
-      LUMINAL_CHECK(p < mul_numel, "SumReduce reads past its input");
-      int64_t pa = va.phys_flat(p, scratch), pb = vb.phys_flat(p, scratch);
-      if (fl) accf += round_to_float_dtype(readf(a, pa) * readf(b, pb), mul.dtype);
-      else acci += wrap_to_int_dtype(readi(a, pa) * readi(b, pb), mul.dtype);
+      bool in_a = valid_a && (va.valid[axis].empty() || va.valid[axis][z]);
+      bool in_b = valid_b && (vb.valid[axis].empty() || vb.valid[axis][z]);
+      int64_t pa = in_a ? base_a + oa[z] : -1, pb = in_b ? base_b + ob[z] : -1;
+      if (fl) accf += round_to_float_dtype(readf(a, pa) * readf(b, pb), mul_dtype);
+      else acci += wrap_to_int_dtype(static_cast<int64_t>(static_cast<uint64_t>(readi(a, pa)) * static_cast<uint64_t>(readi(b, pb))), mul_dtype);
     }
-    if (fl) out.f[flat] = round_to_float_dtype(accf, sum.dtype);
-    else out.i[flat] = wrap_to_int_dtype(acci, sum.dtype);
+    if (fl) out.f[flat] = round_to_float_dtype(accf, n.dtype);
+    else out.i[flat] = wrap_to_int_dtype(acci, n.dtype);
   });
   return out;
 }
 
 Buffer ReferenceRuntime::State::eval_node(NodeId id, const DimMap& dims) {
-  const Node& n = program.node(id);
+  const Node& n = program->graph.node(id);
+  if (n.op == OpKind::BackendOp && n.backend->name == "RefSumMul") return eval_sum_of_mul(n, dims);
   std::vector<int64_t> out_sizes;
   int64_t out_numel = 1;
   for (const auto& d : n.shape) {
@@ -323,7 +325,7 @@ Buffer ReferenceRuntime::State::eval_node(NodeId id, const DimMap& dims) {
     out_numel *= out_sizes.back();
   }
   const bool fl = is_float(n.dtype);
-  auto input = [&](size_t k) -> const Buffer& { return buffers.at(n.inputs[k].node); };
+  auto input = [&](size_t k) -> const Buffer& { return input_value(n, k); };
   std::vector<ResolvedView> views;
   for (size_t k = 0; k < n.inputs.size(); ++k) {
     views.push_back(resolve(n.inputs[k].view, dims));
@@ -461,7 +463,7 @@ Buffer ReferenceRuntime::State::eval_node(NodeId id, const DimMap& dims) {
           if (fl) out.f[flat] = readf(x, p);
           else out.i[flat] = readi(x, p);
         });
-      } else {  // CustomOp: hand it contiguous host tensors
+      } else {  // CustomOp and other backend ops: hand them contiguous host tensors
         std::vector<HostTensor> ins;
         for (size_t k = 0; k < n.inputs.size(); ++k) {
           const Buffer& x = input(k);
@@ -473,8 +475,10 @@ Buffer ReferenceRuntime::State::eval_node(NodeId id, const DimMap& dims) {
           });
           ins.push_back(to_host(c, views[k].sizes));
         }
-        HostTensor r = n.custom->execute_reference(ins, out_sizes, n.dtype);
-        LUMINAL_CHECK(r.numel() == static_cast<size_t>(out_numel) && r.dtype == n.dtype, "custom op '", n.label,
+        HostTensor r = n.op == OpKind::BackendOp ? self->run_backend_op(n, ins, out_sizes)
+                                                 : n.custom->execute_reference(ins, out_sizes, n.dtype);
+        LUMINAL_CHECK(r.numel() == static_cast<size_t>(out_numel) && r.dtype == n.dtype,
+                      n.op == OpKind::BackendOp ? "backend op '" + n.backend->name : "custom op '" + n.label,
                       "' returned ", r.numel(), " ", dtype_name(r.dtype), " elements, expected ", out_numel, " ",
                       dtype_name(n.dtype));
         out = from_host(r);
@@ -484,51 +488,59 @@ Buffer ReferenceRuntime::State::eval_node(NodeId id, const DimMap& dims) {
   return out;
 }
 
-void ReferenceRuntime::run(const DimMap& dims) {
+HostTensor ReferenceRuntime::run_backend_op(const Node& n, std::span<const HostTensor>, const std::vector<int64_t>&) const {
+  fail("reference runtime: backend op '", n.backend->name, "' is not one of its own ops (was the program extracted for another backend?)");
+}
+
+void ReferenceRuntime::run(size_t slot, const DimMap& dims) {
   auto& s = *state_;
-  LUMINAL_CHECK(s.loaded, "execute: no program loaded (compile first)");
+  LUMINAL_CHECK(slot < s.slots.size() && s.slots[slot].graph.size() > 0, "execute: no program loaded (compile first)");
+  const State::Program& p = s.slots[slot];
+  const Graph& g = p.graph;
   // Every dim the program mentions must have a value.
-  for (NodeId i = 0; i < s.program.size(); ++i) {
-    const Node& n = s.program.node(i);
-    auto check = [&](const Expression& e) {
-      for (const auto& v : e.variables())
+  for (NodeId i = 0; i < g.size(); ++i) {
+    for (const auto& d : g.node(i).shape)
+      for (const auto& v : d.variables())
         LUMINAL_CHECK(v == Expression::kIndexName || dims.count(v), "execute: dimension '", v,
                       "' has no value; set it with Graph::set_dim or pass it in the dim map");
-    };
-    for (const auto& d : n.shape) check(d);
   }
-  for (NodeId i = 0; i < s.program.size(); ++i) {
-    const Node& n = s.program.node(i);
+  s.program = &p;
+  s.self = this;
+  s.value.assign(g.size(), nullptr);
+  s.owned.assign(g.size(), Buffer{});
+  for (NodeId i = 0; i < g.size(); ++i) {
+    const Node& n = g.node(i);
     if (n.op == OpKind::Input) {
-      auto it = s.buffers.find(i);
-      LUMINAL_CHECK(it != s.buffers.end(), "execute: input '", n.label,
+      auto it = s.data.find(p.external_ids[i]);
+      LUMINAL_CHECK(it != s.data.end(), "execute: input '", n.label,
                     "' has no data (never set, or consumed by a previous execute; persist() keeps it)");
       int64_t expect = product(n.shape).eval(dims);
       LUMINAL_CHECK(static_cast<int64_t>(it->second.size()) == expect, "execute: input '", n.label, "' has ",
                     it->second.size(), " elements but its shape ", to_string(n.shape), " needs ", expect);
+      s.value[i] = &it->second;
       continue;
     }
-    // A Mul consumed only by a SumReduce is folded into that reduce.
-    if (s.folded_mul[i]) continue;
-    bool fold = n.op == OpKind::SumReduce && s.folded_mul[n.inputs[0].node];
-    s.buffers[i] = fold ? s.eval_sum_of_mul(n, dims) : s.eval_node(i, dims);
+    check_deadline();
+    s.owned[i] = s.eval_node(i, dims);
+    s.value[i] = &s.owned[i];
   }
-  // Keep outputs and persisted inputs; apply state updates; drop the rest.
-  std::unordered_map<NodeId, Buffer> kept;
-  for (NodeId i = 0; i < s.program.size(); ++i) {
-    const Node& n = s.program.node(i);
-    if (n.op == OpKind::Output || (n.op == OpKind::Input && n.persist)) {
-      auto it = s.buffers.find(i);
-      if (it != s.buffers.end()) kept[i] = it->second;
-    }
+  // Outputs become the user's data; state updates land in their inputs; inputs that do
+  // not persist are consumed.
+  std::vector<std::pair<NodeId, Buffer>> results;
+  for (NodeId i = 0; i < g.size(); ++i) {
+    const Node& n = g.node(i);
+    if (n.op != OpKind::Output) continue;
+    if (p.external_ids[i] != kNoNode) results.emplace_back(p.external_ids[i], s.owned[i]);
+    if (n.updates != kNoNode) results.emplace_back(p.external_ids[n.updates], std::move(s.owned[i]));  // a program node id
   }
-  for (NodeId i = 0; i < s.program.size(); ++i) {
-    const Node& n = s.program.node(i);
-    if (n.op == OpKind::Output && n.updates != kNoNode) {
-      kept[n.updates] = kept.at(i);  // `updates` is a program node id
-    }
+  for (NodeId i = 0; i < g.size(); ++i) {
+    const Node& n = g.node(i);
+    if (n.op == OpKind::Input && !n.persist) s.data.erase(p.external_ids[i]);
   }
-  s.buffers = std::move(kept);
+  for (auto& [ext, buf] : results) s.data[ext] = std::move(buf);
+  s.value.clear();
+  s.owned.clear();
+  s.program = nullptr;
 }
 
 }  // namespace luminal

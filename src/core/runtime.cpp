@@ -1,26 +1,90 @@
 #include "luminal/runtime.hpp"
 
+#include <algorithm>
 #include <chrono>
+#include <limits>
 
+#include "luminal/compile.hpp"
 #include "luminal/error.hpp"
+#include "luminal/plan/memory_planner.hpp"
 #include "luminal/safetensors.hpp"
 
 namespace luminal {
 
+std::vector<RuleStage> Runtime::rule_stages(const CompileOptions& o) const {
+  RuleStage stage;
+  stage.name = "rules";
+  stage.rulesets = o.rulesets_;
+  stage.node_limit = o.egraph_node_limit_;
+  stage.time_limit_s = std::min(60.0, o.search_time_limit_.count());
+  return {stage};
+}
+
+CostEstimate Runtime::estimate(const Graph& program, const DimMap& dims) const {
+  // Every non-Input node owns a buffer; the planner packs those whose lifetimes do not
+  // overlap. Inputs are the user's data, counted once.
+  CostEstimate e;
+  auto bytes_of = [&](const Node& n) {
+    auto numel = product(n.shape).try_eval(dims);
+    return numel ? *numel * static_cast<int64_t>(dtype_bytes(n.dtype)) : 0;
+  };
+  auto arena = plan::plan_program(program, dims, [&](NodeId id) { return program.node(id).op != OpKind::Input; });
+  e.memory_bytes = arena.arena_bytes;
+  for (const Node& n : program.nodes())
+    if (n.op == OpKind::Input) e.memory_bytes += bytes_of(n);
+  return e;
+}
+
+ProfileResult Runtime::profile(const DimMap& dims, const ProfileOptions& o) {
+  using clock = std::chrono::steady_clock;
+  ProfileResult r;
+  double best = std::numeric_limits<double>::infinity();
+  auto start = clock::now();
+  set_deadline(start + std::chrono::duration_cast<clock::duration>(o.timeout));
+  try {
+    for (int t = 0; t < std::max(o.warmup, 0) + std::max(o.trials, 1); ++t) {
+      auto t0 = clock::now();
+      run(active_slot_, dims);
+      if (t >= o.warmup) best = std::min(best, std::chrono::duration<double>(clock::now() - t0).count());
+      if (clock::now() - start > o.timeout) {
+        r.timed_out = true;
+        break;
+      }
+    }
+  } catch (const ProfileTimeout&) {
+    r.timed_out = true;
+  } catch (...) {
+    set_deadline(std::nullopt);
+    throw;
+  }
+  set_deadline(std::nullopt);
+  r.seconds = best;
+  return r;
+}
+
+void Runtime::load(const Graph& program, std::vector<NodeId> external_ids) {
+  plan_ranges_.assign(1, {});
+  active_slot_ = 0;
+  load_program(0, program, std::move(external_ids));
+}
+
 void Runtime::load_plans(std::vector<Plan> plans, uint64_t source_graph_uid) {
   LUMINAL_ASSERT(!plans.empty(), "no plans");
   source_uid_ = source_graph_uid;
-  plans_ = std::move(plans);
-  active_plan_ = 0;
-  load(plans_[0].program, plans_[0].external_ids);
+  plan_ranges_.clear();
+  for (size_t p = 0; p < plans.size(); ++p) {
+    plan_ranges_.push_back(plans[p].ranges);
+    load_program(p, plans[p].program, std::move(plans[p].external_ids));
+  }
+  active_slot_ = 0;
 }
 
 void Runtime::execute(const DimMap& dims) {
-  if (plans_.size() > 1) {
+  if (plan_ranges_.size() > 1) {
     int match = -1;
-    for (size_t p = 0; p < plans_.size() && match < 0; ++p) {
+    for (size_t p = 0; p < plan_ranges_.size() && match < 0; ++p) {
       bool ok = true;
-      for (const auto& [dim, range] : plans_[p].ranges) {
+      for (const auto& [dim, range] : plan_ranges_[p]) {
         auto it = dims.find(dim);
         LUMINAL_CHECK(it != dims.end(), "execute: dimension '", dim, "' has no value");
         ok = ok && it->second >= range.first && it->second <= range.second;
@@ -29,42 +93,12 @@ void Runtime::execute(const DimMap& dims) {
     }
     if (match < 0) {
       std::string values;
-      for (const auto& [dim, range] : plans_[0].ranges) values += " " + dim + "=" + std::to_string(dims.at(dim));
+      for (const auto& [dim, range] : plan_ranges_[0]) values += " " + dim + "=" + std::to_string(dims.at(dim));
       fail("execute: no dim bucket holds", values, "; compile with buckets that cover it");
     }
-    if (match != active_plan_) {
-      // Switch plans, carrying every input that holds data (weights, caches, fresh inputs).
-      std::vector<std::pair<NodeId, HostTensor>> carried;
-      const Plan& old = plans_[active_plan_];
-      for (NodeId i = 0; i < old.program.size(); ++i) {
-        const Node& n = old.program.node(i);
-        NodeId ext = old.external_ids[i];
-        if (n.op == OpKind::Input && ext != kNoNode && has_tensor(ext)) carried.emplace_back(ext, get_tensor(ext));
-      }
-      active_plan_ = match;
-      load(plans_[match].program, plans_[match].external_ids);
-      for (auto& [ext, t] : carried) set_tensor(ext, std::move(t));
-    }
+    active_slot_ = static_cast<size_t>(match);  // every plan is resident: nothing to copy
   }
-  run(dims);
-}
-
-ProfileResult Runtime::profile(const DimMap& dims, int trials, std::chrono::duration<double> timeout) {
-  using clock = std::chrono::steady_clock;
-  ProfileResult r;
-  double best = 1e300;
-  auto start = clock::now();
-  for (int t = 0; t < std::max(trials, 1); ++t) {
-    auto t0 = clock::now();
-    run(dims);
-    best = std::min(best, std::chrono::duration<double>(clock::now() - t0).count());
-    if (clock::now() - start > timeout) {
-      r.timed_out = true;
-      break;
-    }
-  }
-  r.seconds = best;
-  return r;
+  run(active_slot_, dims);
 }
 
 void Runtime::set_data(const GraphTensor& t, const std::vector<float>& v) {

@@ -52,7 +52,7 @@ SortId EGraph::declare_sort(std::string_view name) {
 }
 
 OpId EGraph::declare_constructor(std::string_view name, std::vector<SortId> args, SortId sort,
-                                 double cost, bool unextractable) {
+                                 double cost, bool unextractable, SourceLoc loc) {
   LUMINAL_CHECK(!op_names_.count(name) && !func_names_.count(name),
                 "'", name, "' is already declared");
   LUMINAL_CHECK(sort < sorts_.size() && sorts_[sort].kind == ValueKind::Class,
@@ -62,6 +62,7 @@ OpId EGraph::declare_constructor(std::string_view name, std::vector<SortId> args
   info.sort = sort;
   info.cost = cost;
   info.unextractable = unextractable;
+  info.loc = std::move(loc);
   for (SortId s : args) {
     LUMINAL_CHECK(s < sorts_.size(), "constructor '", name, "': unknown argument sort");
     bool payload = sorts_[s].kind != ValueKind::Class;

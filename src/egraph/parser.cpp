@@ -314,7 +314,8 @@ class Loader {
         error(*it->second, ":cost expects a number");
       cost = it->second->kind == SExpr::Kind::Int ? static_cast<double>(it->second->i) : it->second->f;
     }
-    g_.declare_constructor(n, std::move(args), sort, cost, o.named.count(":unextractable") > 0);
+    g_.declare_constructor(n, std::move(args), sort, cost, o.named.count(":unextractable") > 0,
+                           SourceLoc{file_, name.line, name.col});
   }
 
   void variant(const SExpr& v, const std::string& sort_name) {

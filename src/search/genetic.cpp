@@ -15,6 +15,8 @@ std::string_view rejection_name(Rejection r) {
     case Rejection::Throws: return "threw";
     case Rejection::Timeout: return "timed out";
     case Rejection::NaN: return "produced NaN";
+    case Rejection::Mismatch: return "wrong values";
+    case Rejection::Memory: return "over the memory limit";
     case Rejection::Invalid: return "invalid (cycle)";
     default: return "?";
   }
@@ -58,24 +60,39 @@ struct Scored {
   double seconds;
 };
 
-void progress(const CompileOptions& o, const SearchReport& r) {
+void progress(const CompileOptions& o, const SearchReport& r, double elapsed, double limit) {
   if (!o.verbose_) return;
-  int64_t limit = o.search_graph_limit_;
+  int64_t budget = o.search_graph_limit_;
   int width = 30;
-  int filled = limit > 0 ? static_cast<int>(width * std::min<int64_t>(r.candidates, limit) / limit) : width;
-  std::fprintf(stderr, "\r  search [%s%s] %lld/%lld best %.3f ms", std::string(filled, '#').c_str(),
-               std::string(width - filled, '.').c_str(), static_cast<long long>(r.candidates),
-               static_cast<long long>(limit), r.best_seconds * 1e3);
+  double frac = std::max(budget > 0 ? static_cast<double>(std::min<int64_t>(r.candidates, budget)) / budget : 1.0,
+                         limit > 0 ? std::min(elapsed / limit, 1.0) : 1.0);
+  int filled = static_cast<int>(width * frac);
+  std::fprintf(stderr, "\r  search [%s%s] %lld/%lld candidates, %.1f/%.0f s, best %.3f ms",
+               std::string(filled, '#').c_str(), std::string(width - filled, '.').c_str(),
+               static_cast<long long>(r.candidates), static_cast<long long>(budget), elapsed, limit,
+               r.best_seconds * 1e3);
   std::fflush(stderr);
 }
 }  // namespace
 
 SearchResult genetic_search(const std::vector<uint32_t>& choices, const CompileOptions& o,
                             const std::function<Evaluation(const Genome&)>& evaluate) {
+  SearchSetup setup;
+  setup.seeds = {Genome(choices.size(), 0)};
+  setup.fallback = setup.seeds.front();
+  return genetic_search(choices, o, std::move(setup), [&](std::span<const Genome> batch) {
+    std::vector<Evaluation> out;
+    for (const auto& g : batch) out.push_back(evaluate(g));
+    return out;
+  });
+}
+
+SearchResult genetic_search(const std::vector<uint32_t>& choices, const CompileOptions& o, SearchSetup setup,
+                            const BatchEvaluator& evaluate) {
   using clock = std::chrono::steady_clock;
   auto start = clock::now();
   auto elapsed = [&] { return std::chrono::duration<double>(clock::now() - start).count(); };
-  const double time_limit = o.search_time_limit_.count();
+  const double time_limit = setup.time_limit_s > 0 ? setup.time_limit_s : o.search_time_limit_.count();
   std::mt19937_64 rng(o.seed_);
   SearchReport report;
   std::vector<size_t> mutable_slots;
@@ -83,6 +100,7 @@ SearchResult genetic_search(const std::vector<uint32_t>& choices, const CompileO
     LUMINAL_ASSERT(choices[i] >= 1, "slot ", i, " has no options");
     if (choices[i] > 1) mutable_slots.push_back(i);
   }
+  LUMINAL_ASSERT(setup.fallback.size() == choices.size(), "fallback genome size");
   auto random_genome = [&] {
     Genome g(choices.size(), 0);
     for (size_t i : mutable_slots) g[i] = static_cast<uint32_t>(rng() % choices[i]);
@@ -90,64 +108,96 @@ SearchResult genetic_search(const std::vector<uint32_t>& choices, const CompileO
   };
   std::unordered_set<uint64_t> seen;
   std::vector<Scored> best;  // sorted by time, at most keep_best
-  auto consider = [&](Genome g, uint64_t h) -> bool {
-    Evaluation e = evaluate(g);
-    report.candidates++;
-    if (!e.seconds) {
-      report.rejected[static_cast<size_t>(e.rejection)]++;
-      if (report.first_rejection_detail.empty()) report.first_rejection_detail = e.detail;
-      return false;
+  // Evaluate a batch; returns how many were viable.
+  auto consider = [&](std::vector<std::pair<Genome, uint64_t>> batch) -> int {
+    std::vector<Genome> genomes;
+    for (auto& [g, h] : batch) genomes.push_back(g);
+    std::vector<Evaluation> evals = evaluate(genomes);
+    LUMINAL_ASSERT(evals.size() == batch.size(), "evaluator returned ", evals.size(), " results for ", batch.size());
+    int viable = 0;
+    for (size_t k = 0; k < batch.size(); ++k) {
+      Evaluation& e = evals[k];
+      if (e.duplicate) {
+        report.duplicates_skipped++;
+        if (e.seconds) viable++;
+        continue;
+      }
+      report.candidates++;
+      if (!e.seconds) {
+        report.rejected[static_cast<size_t>(e.rejection)]++;
+        if (report.first_rejection_detail.empty()) report.first_rejection_detail = e.detail;
+        continue;
+      }
+      viable++;
+      best.push_back({std::move(batch[k].first), batch[k].second, *e.seconds});
+      std::stable_sort(best.begin(), best.end(), [](const Scored& a, const Scored& b) { return a.seconds < b.seconds; });
+      if (best.size() > static_cast<size_t>(std::max(o.keep_best_, 1))) best.pop_back();
+      report.best_seconds = best.front().seconds;
     }
-    best.push_back({std::move(g), h, *e.seconds});
-    std::stable_sort(best.begin(), best.end(), [](const Scored& a, const Scored& b) { return a.seconds < b.seconds; });
-    if (best.size() > static_cast<size_t>(std::max(o.keep_best_, 1))) best.pop_back();
-    report.best_seconds = best.front().seconds;
-    return true;
+    progress(o, report, elapsed(), time_limit);
+    return viable;
   };
 
-  // 1. A viable initial candidate: the all-first-choice genome (the unrewritten
-  // program, always valid), then random ones if it fails.
-  Genome first(choices.size(), 0);
-  seen.insert(genome_hash(first));
-  bool viable = consider(first, genome_hash(first));
-  int64_t attempts = 0;
-  const int64_t max_attempts = std::max<int64_t>(o.search_graph_limit_, 10) * 100;
-  while (!viable && !mutable_slots.empty() && attempts++ < max_attempts && elapsed() <= time_limit &&
-         report.candidates < std::max<int64_t>(o.search_graph_limit_, 10)) {
-    Genome g = random_genome();
+  // 1. A viable initial candidate: the seeds in order (each obeys the timeout like any
+  // other candidate), then random genomes if none is viable.
+  for (const Genome& g : setup.seeds) {
+    LUMINAL_ASSERT(g.size() == choices.size(), "seed genome size");
     uint64_t h = genome_hash(g);
     if (!seen.insert(h).second) continue;
-    viable = consider(g, h);
+    if (consider({{g, h}}) > 0 || elapsed() > time_limit) break;
   }
-  if (!viable) {
-    // Nothing could be profiled (e.g. the inputs cannot run on ones): keep the
-    // unrewritten program, which is correct by construction.
+  int64_t attempts = 0;
+  const int64_t max_candidates = std::max<int64_t>(o.search_graph_limit_, 10);
+  const int64_t max_attempts = max_candidates * 100;
+  while (best.empty() && !mutable_slots.empty() && attempts < max_attempts && elapsed() <= time_limit &&
+         report.candidates < max_candidates) {
+    std::vector<std::pair<Genome, uint64_t>> batch;
+    while (static_cast<int>(batch.size()) < std::max(o.generation_size_, 1) && attempts++ < max_attempts) {
+      Genome g = random_genome();
+      uint64_t h = genome_hash(g);
+      if (seen.insert(h).second) batch.emplace_back(std::move(g), h);
+    }
+    if (batch.empty()) break;
+    consider(std::move(batch));
+  }
+  if (best.empty()) {
+    // Nothing could be profiled: keep the fallback (the unrewritten program), which is
+    // correct by construction.
     report.stop_reason = "no candidate could be profiled (" + report.first_rejection_detail + "); kept the baseline";
     report.search_seconds = elapsed();
-    if (o.verbose_) std::fprintf(stderr, "%s\n", report.summary().c_str());
-    return {first, report};
+    if (o.verbose_) std::fprintf(stderr, "\n%s\n", report.summary().c_str());
+    return {setup.fallback, report};
   }
   report.first_seconds = report.best_seconds;
-  progress(o, report);
 
-  // 2. Generations of mutated offspring of the best candidates.
+  // 2. Generations of mutated offspring of the best candidates; a generation that is
+  // wholly rejected is followed by one drawn at random (resampling), so one bad
+  // neighbourhood does not end the search.
+  bool resample = false;
   if (mutable_slots.empty()) report.stop_reason = "single candidate";
   while (report.stop_reason.empty()) {
     if (report.candidates >= o.search_graph_limit_) { report.stop_reason = "graph limit"; break; }
     if (elapsed() > time_limit) { report.stop_reason = "time limit"; break; }
     int64_t budget = std::min<int64_t>(o.search_graph_limit_ - report.candidates, o.generation_size_);
     std::vector<std::pair<Genome, uint64_t>> offspring;
-    int64_t attempts = 0;
-    while (static_cast<int64_t>(offspring.size()) < budget && attempts++ < budget * 100) {
-      const Scored& parent = best[offspring.size() % best.size()];
-      Genome g = parent.genome;
-      uint64_t h = parent.hash;
-      int n_mut = 1 + static_cast<int>(rng() % static_cast<uint64_t>(std::max(o.mutations_, 1)));
-      for (int m = 0; m < n_mut; ++m) {
-        size_t slot = mutable_slots[rng() % mutable_slots.size()];
-        uint32_t c = static_cast<uint32_t>(rng() % choices[slot]);
-        h ^= slot_hash(slot, g[slot]) ^ slot_hash(slot, c);
-        g[slot] = c;
+    int64_t tries = 0;
+    while (static_cast<int64_t>(offspring.size()) < budget && tries++ < budget * 100) {
+      Genome g;
+      uint64_t h;
+      if (resample) {
+        g = random_genome();
+        h = genome_hash(g);
+      } else {
+        const Scored& parent = best[offspring.size() % best.size()];
+        g = parent.genome;
+        h = parent.hash;
+        int n_mut = 1 + static_cast<int>(rng() % static_cast<uint64_t>(std::max(o.mutations_, 1)));
+        for (int m = 0; m < n_mut; ++m) {
+          size_t slot = mutable_slots[rng() % mutable_slots.size()];
+          uint32_t c = static_cast<uint32_t>(rng() % choices[slot]);
+          h ^= slot_hash(slot, g[slot]) ^ slot_hash(slot, c);
+          g[slot] = c;
+        }
       }
       if (!seen.insert(h).second) {
         report.duplicates_skipped++;
@@ -156,11 +206,9 @@ SearchResult genetic_search(const std::vector<uint32_t>& choices, const CompileO
       offspring.emplace_back(std::move(g), h);
     }
     if (offspring.empty()) { report.stop_reason = "search space exhausted"; break; }
-    for (auto& [g, h] : offspring) {
-      consider(std::move(g), h);
-      progress(o, report);
-      if (elapsed() > time_limit) break;
-    }
+    int viable = consider(std::move(offspring));
+    resample = viable == 0;
+    if (resample) report.resampled_generations++;
   }
   report.search_seconds = elapsed();
   if (o.verbose_) std::fprintf(stderr, "\n%s\n", report.summary().c_str());

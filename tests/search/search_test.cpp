@@ -115,7 +115,11 @@ class PoisonedRuntime : public ReferenceRuntime {
  public:
   explicit PoisonedRuntime(std::string rules) : rules_(std::move(rules)) {}
   std::unique_ptr<Runtime> fresh() const override { return std::make_unique<PoisonedRuntime>(rules_); }
-  std::vector<std::string> rule_files() const override { return {rules_}; }
+  std::vector<std::string> rule_files() const override {
+    auto files = ReferenceRuntime::rule_files();
+    files.push_back(rules_);
+    return files;
+  }
 
  private:
   std::string rules_;

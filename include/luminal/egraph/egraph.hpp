@@ -46,6 +46,7 @@ struct OpInfo {
   bool small_key = false;              // <= 2 children, no payloads: key fits a hashcons slot
   double cost = 1;
   bool unextractable = false;
+  SourceLoc loc;                       // where a rule file declared it (empty for C++ declarations)
 };
 
 enum class MergeKind { Old, New, Min, Max };
@@ -138,7 +139,7 @@ class EGraph {
   // ---- signature ----
   SortId declare_sort(std::string_view name);                     // a datatype
   OpId declare_constructor(std::string_view name, std::vector<SortId> args, SortId sort,
-                           double cost = 1, bool unextractable = false);
+                           double cost = 1, bool unextractable = false, SourceLoc loc = {});
   FuncId declare_function(std::string_view name, std::vector<SortId> args, SortId out,
                           MergeKind merge);
   void register_primitive(std::string_view name, PrimitiveFn fn);

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <functional>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -17,18 +18,20 @@ namespace luminal::search {
 
 using Genome = std::vector<uint32_t>;
 
-enum class Rejection : uint8_t { Throws, Timeout, NaN, Invalid, kCount };
+enum class Rejection : uint8_t { Throws, Timeout, NaN, Mismatch, Memory, Invalid, kCount };
 std::string_view rejection_name(Rejection r);
 
 struct Evaluation {
   std::optional<double> seconds;  // set when the candidate ran
   Rejection rejection = Rejection::Throws;
   std::string detail;             // e.g. the exception message
+  bool duplicate = false;         // the same program as an earlier genome: not profiled again
 };
 
 struct SearchReport {
   int64_t candidates = 0;        // profiled (accepted + rejected)
-  int64_t duplicates_skipped = 0;
+  int64_t duplicates_skipped = 0;  // genomes seen before, or programs equal to an earlier one
+  int64_t resampled_generations = 0;  // generations drawn at random after one was wholly rejected
   std::array<int64_t, static_cast<size_t>(Rejection::kCount)> rejected{};
   double best_seconds = 0;
   double first_seconds = 0;      // the initial viable candidate
@@ -43,8 +46,20 @@ struct SearchResult {
   SearchReport report;
 };
 
+// Evaluates a generation at once, so a backend can compile its programs in parallel.
+using BatchEvaluator = std::function<std::vector<Evaluation>(std::span<const Genome>)>;
+
+struct SearchSetup {
+  std::vector<Genome> seeds;      // tried first, in order, until one is viable (e.g. cheapest, unrewritten)
+  Genome fallback;                // returned when nothing is viable (correct by construction)
+  double time_limit_s = 0;        // this search's share of the compile's budget (0: options')
+};
+
 // `choices[i]` is the number of options of slot i (>= 1). `evaluate` is called on
 // candidates; it must be deterministic for the result to be. Same seed, same choice.
+SearchResult genetic_search(const std::vector<uint32_t>& choices, const CompileOptions& options, SearchSetup setup,
+                            const BatchEvaluator& evaluate);
+// One candidate at a time, seeded with the all-first-choice genome.
 SearchResult genetic_search(const std::vector<uint32_t>& choices, const CompileOptions& options,
                             const std::function<Evaluation(const Genome&)>& evaluate);
 

@@ -4,13 +4,17 @@
 // where payload is Input/Output: i64 node id; Constant: f64; Iota: Expr;
 // SumReduce/MaxReduce: i64 axis; CustomOp: i64 node id (inputs as an IList).
 // Views are flattened ShapeTrackers (see encode_view), so rules can match strides.
+// Backend ops are IR constructors that a backend's rule file declares (see
+// luminal/backend_op.hpp for the convention); load_rule_files validates them.
 #pragma once
 
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "luminal/egraph/egraph.hpp"
+#include <functional>
 #include "luminal/graph.hpp"
 
 namespace luminal::search {
@@ -20,19 +24,40 @@ ShapeTracker decode_view(const egraph::Value& v);
 
 struct Signature;  // constructor ids of the IR datatype
 
+// How a backend op's constructor lays out its arguments (validated at load).
+struct BackendOpLayout {
+  std::string name;
+  std::vector<egraph::ValueKind> attrs;  // arguments 2 .. 2+attrs.size()
+  size_t first_input = 0;                // argument index of the first input
+  bool input_list = false;               // one IList argument instead of (IR ExprList) pairs
+};
+
 struct LoweredGraph {
   std::unique_ptr<egraph::EGraph> egraph;
   std::shared_ptr<const Signature> signature;
   std::vector<egraph::ClassId> class_of;  // per HLIR node
   std::vector<egraph::ClassId> roots;     // one per Output node, in node order
-  const Graph* source = nullptr;          // for CustomOp payloads
+  const Graph* source = nullptr;          // for Input/Output/CustomOp payloads
+  std::unordered_map<egraph::OpId, BackendOpLayout> backend_ops;  // by constructor
 };
 
 // Declare the IR signature and host primitives, then add every node of `g`.
-LoweredGraph lower_to_egraph(const Graph& g);
+// `register_primitives` lets a backend add host primitives for its rule guards.
+LoweredGraph lower_to_egraph(const Graph& g,
+                             const std::function<void(egraph::EGraph&)>& register_primitives = {});
 
-// Paths of the core rule files (always sound algebra over the primitives).
+// Load rule files into the lowered e-graph and validate every backend op they declare:
+// a declaration that breaks the convention is a luminal::Error naming file and line.
+void load_rule_files(LoweredGraph& lowered, const std::vector<std::string>& files);
+
+// Paths of the core rule files (always sound algebra over the primitives, and the IR
+// list rules every stage runs: ruleset "ir").
 std::vector<std::string> core_rule_files();
+
+// A structural fingerprint of a graph: equal for graphs with the same ops, payloads,
+// shapes, views and edges (labels included). Used to deduplicate candidate programs and
+// to reuse a saturated e-graph across dim buckets.
+uint64_t structural_hash(const Graph& g);
 
 // The e-classes a search chooses in: reachable from the roots, more than one live
 // e-node. Deterministic order.
@@ -42,7 +67,15 @@ struct ChoiceSpace {
   std::vector<int> slot_of;                          // canonical class -> slot or -1
   size_t reachable_classes = 0;
 };
+// Only extractable e-nodes are options (a known op whose inputs can all be extracted):
+// a choice that cannot become a program is never offered to the search.
 ChoiceSpace choice_space(const LoweredGraph& lowered);
+
+// The genome that picks, in every slot, the option of least total constructor :cost
+// (primitives cost 1; a backend op's declaration sets its own).
+std::vector<uint32_t> cheapest_genome(const LoweredGraph& lowered, const ChoiceSpace& space);
+// The genome of the unrewritten program: every slot picks the source graph's own node.
+std::vector<uint32_t> source_genome(const LoweredGraph& lowered, const ChoiceSpace& space);
 
 // Extract the program chosen by `genome` (one option index per slot). Returns nullopt
 // when the choice is cyclic and cannot be repaired. `io_of` maps program Input/Output

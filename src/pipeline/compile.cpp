@@ -1,0 +1,467 @@
+// The compile pipeline: it orchestrates the core, the e-graph and the search, and sits
+// above all three. It reads top to bottom; each stage is a function:
+//   1. find repeated structure (identical layers are searched once);
+//   2. for each dim-bucket combination, for each distinct segment:
+//        saturate_segment: lower to the e-graph, load the core and backend rule files,
+//          run the backend's rule stages (done once per segment, reused by every bucket);
+//        search_segment: the genetic search over the segment's choices, evaluating each
+//          generation as a batch on one profiling runtime whose inputs are set once;
+//        verify_choice: the chosen program against the unrewritten one on adversarial data;
+//   3. stitch the segment programs, plan memory, and load every plan (all resident).
+#include "luminal/compile.hpp"
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <random>
+#include <sstream>
+#include <unordered_map>
+
+#include "luminal/egraph/egraph.hpp"
+#include "luminal/error.hpp"
+#include "luminal/graph.hpp"
+#include "luminal/plan/memory_planner.hpp"
+#include "luminal/runtime.hpp"
+#include "luminal/search/genetic.hpp"
+#include "luminal/search/hlir_egraph.hpp"
+#include "luminal/search/segments.hpp"
+
+namespace luminal {
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+double since(clock_type::time_point t) { return std::chrono::duration<double>(clock_type::now() - t).count(); }
+
+using BucketRanges = std::map<std::string, std::pair<int64_t, int64_t>>;
+
+// Every combination of buckets, as (ranges, representative dims, upper dims).
+struct BucketCombo {
+  BucketRanges ranges;
+  DimMap dims;   // representative values: what the search profiles with
+  DimMap upper;  // upper ends: what memory is planned for
+};
+std::vector<BucketCombo> bucket_combinations(const CompileOptions& o, const DimMap& base) {
+  std::vector<BucketCombo> combos = {{{}, base, base}};
+  for (const auto& [dim, buckets] : o.dim_buckets_) {
+    LUMINAL_CHECK(!buckets.empty(), "dim_buckets: no buckets for '", dim, "'");
+    for (size_t i = 0; i < buckets.size(); ++i) {
+      LUMINAL_CHECK(buckets[i].min <= buckets[i].max, "dim_buckets: bucket [", buckets[i].min, ", ", buckets[i].max,
+                    "] of '", dim, "' is empty");
+      LUMINAL_CHECK(buckets[i].contains(buckets[i].rep()), "dim_buckets: representative ", buckets[i].rep(),
+                    " of '", dim, "' is outside its bucket");
+      for (size_t j = 0; j < i; ++j)
+        LUMINAL_CHECK(buckets[i].max < buckets[j].min || buckets[j].max < buckets[i].min,
+                      "dim_buckets: overlapping buckets for '", dim, "': [", buckets[j].min, ", ", buckets[j].max,
+                      "] and [", buckets[i].min, ", ", buckets[i].max, "]");
+    }
+    std::vector<BucketCombo> next;
+    for (const auto& c : combos)
+      for (const auto& b : buckets) {
+        BucketCombo n = c;
+        n.ranges[dim] = {b.min, b.max};
+        n.dims[dim] = b.rep();
+        n.upper[dim] = b.max;
+        next.push_back(std::move(n));
+      }
+    combos = std::move(next);
+  }
+  return combos;
+}
+
+// A segment lowered and saturated once, then searched for every bucket.
+struct SaturatedSegment {
+  std::unique_ptr<Graph> graph;  // the lowered graph points here
+  search::LoweredGraph lowered;
+  search::ChoiceSpace space;
+  std::vector<std::string> rules_fired;  // for reports when a choice fails verification
+};
+
+std::shared_ptr<SaturatedSegment> saturate_segment(const Graph& segment, const Runtime& target,
+                                                   const CompileOptions& o, CompileReport& report) {
+  auto t0 = clock_type::now();
+  auto s = std::make_shared<SaturatedSegment>();
+  s->graph = std::make_unique<Graph>(segment);
+  s->lowered = search::lower_to_egraph(*s->graph, [&](egraph::EGraph& eg) { target.register_primitives(eg); });
+  std::vector<std::string> files = search::core_rule_files();
+  for (auto& f : target.rule_files()) files.push_back(std::move(f));
+  search::load_rule_files(s->lowered, files);
+  report.build_egraph_s += since(t0);
+
+  auto t1 = clock_type::now();
+  egraph::EGraph& eg = *s->lowered.egraph;
+  for (const RuleStage& stage : target.rule_stages(o)) {
+    std::vector<egraph::Schedule> sets = {egraph::Schedule::run("ir")};
+    for (const auto& r : stage.rulesets) {
+      LUMINAL_CHECK(eg.has_ruleset(r), "compile: rule stage '", stage.name, "' names unknown rule set '", r, "'");
+      sets.push_back(egraph::Schedule::run(r));
+    }
+    egraph::RunOptions run;
+    run.node_limit = static_cast<size_t>(stage.node_limit);
+    run.time_limit_s = stage.time_limit_s;
+    egraph::RunReport rr = eg.run(egraph::Schedule::saturate(sets), run);
+    report.egraph_stop = stage.name + ": " + egraph::stop_reason_name(rr.stop);
+    for (const auto& rule : rr.rules)
+      if (rule.applications > 0) s->rules_fired.push_back(rule.name);
+  }
+  report.saturate_s += since(t1);
+  report.egraph_nodes += static_cast<int64_t>(eg.num_nodes());
+  report.egraph_classes += static_cast<int64_t>(eg.num_classes());
+  s->space = search::choice_space(s->lowered);
+  return s;
+}
+
+// Values for a program's inputs. `adversarial` mixes in the special values a rewrite must
+// survive (+-0, +-inf, NaN, subnormals, extremes); otherwise values of both signs.
+// Integer inputs stay small and non-negative: they are mostly indexes.
+HostTensor input_values(const Node& n, const DimMap& dims, std::mt19937_64& rng, bool adversarial) {
+  auto numel = static_cast<size_t>(product(n.shape).eval(dims));
+  HostTensor t = HostTensor::zeros(n.dtype, numel);
+  std::uniform_real_distribution<double> uni(-2.0, 2.0);
+  static const double kSpecial[] = {0.0, -0.0, INFINITY, -INFINITY, NAN, 1e-40, -1e-40, 65504.0, -3.0e38, 1.0, -1.0};
+  for (size_t k = 0; k < numel; ++k) {
+    if (!is_float(n.dtype)) {
+      t.set_i64(k, static_cast<int64_t>(rng() % 2));
+    } else if (adversarial && rng() % 8 == 0) {
+      t.set_f64(k, kSpecial[rng() % std::size(kSpecial)]);
+    } else {
+      t.set_f64(k, uni(rng));
+    }
+  }
+  return t;
+}
+
+// Do two outputs agree? NaN must meet NaN, infinities must match exactly, finite values
+// within a tolerance for the dtype (rewrites may reassociate sums).
+std::optional<std::string> compare_outputs(const HostTensor& got, const HostTensor& want) {
+  if (got.numel() != want.numel()) return "different sizes";
+  double rtol = want.dtype == DType::BF16 ? 5e-2 : want.dtype == DType::F16 ? 2e-2 : 1e-3;
+  for (size_t k = 0; k < want.numel(); ++k) {
+    double a = got.get_f64(k), b = want.get_f64(k);
+    bool same = (std::isnan(a) && std::isnan(b)) || a == b ||
+                (std::isfinite(a) && std::isfinite(b) && std::abs(a - b) <= rtol * (1 + std::abs(b)));
+    if (!same) {
+      std::ostringstream os;
+      os << "element " << k << ": " << a << " instead of " << b;
+      return os.str();
+    }
+  }
+  return std::nullopt;
+}
+
+// Runs candidates of one segment at one bucket on a single runtime whose inputs are set
+// once; remembers every program it has seen.
+class SegmentProfiler {
+ public:
+  SegmentProfiler(const SaturatedSegment& seg, const Runtime& target, const CompileOptions& o, DimMap dims,
+                  CompileReport& report)
+      : seg_(seg), o_(o), dims_(std::move(dims)), report_(report), rt_(target.fresh()) {}
+
+  // The inputs, set once (the runtime keeps them where it runs: on its device).
+  void set_inputs(bool adversarial, uint64_t seed) {
+    std::mt19937_64 rng(seed);
+    for (NodeId i = 0; i < seg_.graph->size(); ++i) {
+      const Node& n = seg_.graph->node(i);
+      if (n.op != OpKind::Input) continue;
+      pending_inputs_.emplace_back(i, input_values(n, dims_, rng, adversarial));
+    }
+  }
+
+  std::vector<search::Evaluation> evaluate(std::span<const search::Genome> batch) {
+    std::vector<search::Evaluation> out(batch.size());
+    struct Fresh {
+      size_t index;
+      uint64_t hash;
+      search::Extracted program;
+    };
+    std::vector<Fresh> fresh;
+    auto t0 = clock_type::now();
+    for (size_t k = 0; k < batch.size(); ++k) {
+      auto program = search::extract(seg_.lowered, seg_.space, batch[k]);
+      if (!program) {
+        out[k] = {std::nullopt, search::Rejection::Invalid, "cyclic choice"};
+        continue;
+      }
+      prepare_for_profiling(program->program);
+      uint64_t h = search::structural_hash(program->program);
+      if (auto it = seen_.find(h); it != seen_.end()) {
+        out[k] = it->second;
+        out[k].duplicate = true;
+        continue;
+      }
+      auto dup = std::find_if(fresh.begin(), fresh.end(), [&](const Fresh& f) { return f.hash == h; });
+      if (dup != fresh.end()) {
+        pending_dups_.emplace_back(k, dup->index);
+        continue;
+      }
+      // Estimated memory decides before anything runs.
+      if (o_.memory_limit_bytes_) {
+        CostEstimate est = rt_->estimate(program->program, dims_);
+        if (est.memory_bytes > *o_.memory_limit_bytes_) {
+          out[k] = {std::nullopt, search::Rejection::Memory,
+                    "needs " + std::to_string(est.memory_bytes) + " bytes, limit " +
+                        std::to_string(*o_.memory_limit_bytes_)};
+          seen_[h] = out[k];
+          continue;
+        }
+      }
+      fresh.push_back({k, h, std::move(*program)});
+    }
+    std::vector<const Graph*> programs;
+    for (const auto& f : fresh) programs.push_back(&f.program.program);
+    try {
+      rt_->prepare(programs);
+    } catch (const std::exception&) {
+      // A backend reports per-program failures from load_program; a batch-wide one
+      // shows again there.
+    }
+    report_.setup_s += since(t0);
+    for (auto& f : fresh) {
+      out[f.index] = run(f.program);
+      seen_[f.hash] = out[f.index];
+    }
+    for (auto [k, of] : pending_dups_) {
+      out[k] = out[of];
+      out[k].duplicate = true;
+    }
+    pending_dups_.clear();
+    return out;
+  }
+
+  Runtime& runtime() { return *rt_; }
+
+ private:
+  // Every input persists while profiling, so all trials see the same data.
+  static void prepare_for_profiling(Graph& program) {
+    for (NodeId i = 0; i < program.size(); ++i)
+      if (program.node(i).op == OpKind::Input) program.mutable_node(i).persist = true;
+  }
+
+  search::Evaluation run(const search::Extracted& candidate) {
+    search::Evaluation e;
+    try {
+      auto t0 = clock_type::now();
+      rt_->load_program(0, candidate.program, candidate.io_of);
+      for (auto& [id, t] : pending_inputs_) rt_->set_tensor(id, std::move(t));
+      pending_inputs_.clear();
+      report_.setup_s += since(t0);
+      ProfileOptions po;
+      po.trials = o_.trials_;
+      po.warmup = o_.warmup_;
+      po.timeout = o_.profile_timeout_;
+      ProfileResult r = rt_->profile(dims_, po);
+      if (r.timed_out) {
+        e.rejection = search::Rejection::Timeout;
+        e.detail = "over the profile timeout";
+        return e;
+      }
+      // The first program that runs (the cheapest) sets the reference values; the others
+      // must agree with it, NaN for NaN.
+      std::vector<std::pair<NodeId, HostTensor>> outs;
+      for (NodeId i = 0; i < candidate.program.size(); ++i) {
+        const Node& n = candidate.program.node(i);
+        if (n.op != OpKind::Output || candidate.io_of[i] == kNoNode) continue;
+        outs.emplace_back(candidate.io_of[i], rt_->get_tensor(candidate.io_of[i]));
+      }
+      if (reference_.empty()) {
+        reference_ = std::move(outs);
+      } else {
+        for (auto& [id, t] : outs)
+          for (auto& [rid, rt] : reference_)
+            if (rid == id && is_float(t.dtype))
+              if (auto why = compare_outputs(t, rt)) {
+                e.rejection = search::Rejection::Mismatch;
+                e.detail = *why;
+                return e;
+              }
+      }
+      e.seconds = r.seconds;
+    } catch (const std::exception& ex) {
+      e.rejection = search::Rejection::Throws;
+      e.detail = ex.what();
+    }
+    return e;
+  }
+
+  const SaturatedSegment& seg_;
+  const CompileOptions& o_;
+  DimMap dims_;
+  CompileReport& report_;
+  std::unique_ptr<Runtime> rt_;
+  std::vector<std::pair<NodeId, HostTensor>> pending_inputs_;
+  std::vector<std::pair<NodeId, HostTensor>> reference_;
+  std::unordered_map<uint64_t, search::Evaluation> seen_;
+  std::vector<std::pair<size_t, size_t>> pending_dups_;
+};
+
+// Run `program` on a fresh runtime of the target's kind with the given inputs; the outputs
+// by segment id, or the error message.
+std::variant<std::vector<std::pair<NodeId, HostTensor>>, std::string> run_once(
+    const Runtime& target, search::Extracted program, const std::vector<std::pair<NodeId, HostTensor>>& inputs,
+    const DimMap& dims) {
+  try {
+    auto rt = target.fresh();
+    for (NodeId i = 0; i < program.program.size(); ++i)
+      if (program.program.node(i).op == OpKind::Input) program.program.mutable_node(i).persist = true;
+    rt->load_program(0, program.program, program.io_of);
+    for (const auto& [id, t] : inputs) rt->set_tensor(id, t);
+    rt->execute(dims);
+    std::vector<std::pair<NodeId, HostTensor>> outs;
+    for (NodeId i = 0; i < program.program.size(); ++i)
+      if (program.program.node(i).op == OpKind::Output && program.io_of[i] != kNoNode)
+        outs.emplace_back(program.io_of[i], rt->get_tensor(program.io_of[i]));
+    return outs;
+  } catch (const std::exception& e) {
+    return std::string(e.what());
+  }
+}
+
+// The chosen program must agree with the unrewritten one on adversarial inputs; nullopt
+// when it does, else why not.
+std::optional<std::string> verify_choice(const SaturatedSegment& seg, const Runtime& target, const DimMap& dims,
+                                         const search::Genome& chosen, const search::Genome& source, uint64_t seed) {
+  auto a = search::extract(seg.lowered, seg.space, chosen);
+  auto b = search::extract(seg.lowered, seg.space, source);
+  LUMINAL_ASSERT(a && b, "verify: programs must extract");
+  for (int round = 0; round < 2; ++round) {  // values of both signs, then special values
+    std::mt19937_64 rng(seed + round);
+    std::vector<std::pair<NodeId, HostTensor>> inputs;
+    for (NodeId i = 0; i < seg.graph->size(); ++i)
+      if (seg.graph->node(i).op == OpKind::Input)
+        inputs.emplace_back(i, input_values(seg.graph->node(i), dims, rng, round == 1));
+    auto got = run_once(target, *a, inputs, dims);
+    auto want = run_once(target, *b, inputs, dims);
+    if (want.index() == 1) return std::nullopt;  // the unrewritten program itself rejects these inputs
+    if (got.index() == 1) return "it throws where the unrewritten program does not: " + std::get<1>(got);
+    for (auto& [id, t] : std::get<0>(got))
+      for (auto& [wid, w] : std::get<0>(want)) {
+        if (id != wid) continue;
+        if (!is_float(t.dtype)) {
+          if (t.to_i64() != w.to_i64()) return "output " + std::to_string(id) + " differs";
+        } else if (auto why = compare_outputs(t, w)) {
+          return "output " + std::to_string(id) + ", " + *why;
+        }
+      }
+  }
+  return std::nullopt;
+}
+
+// Search one segment at one bucket; returns the chosen program.
+search::SegmentProgram search_segment(const SaturatedSegment& seg, const Runtime& target, const CompileOptions& o,
+                                      const DimMap& dims, double time_left_s, CompileReport& report) {
+  auto t0 = clock_type::now();
+  const search::ChoiceSpace& space = seg.space;
+  report.choice_slots += static_cast<int64_t>(space.slots.size());
+  search::Genome cheapest = search::cheapest_genome(seg.lowered, space);
+  search::Genome source = search::source_genome(seg.lowered, space);
+  search::Genome best = cheapest;
+  std::string missing_dim;
+  for (const Node& n : seg.graph->nodes())
+    for (const auto& d : n.shape)
+      for (const auto& v : d.variables())
+        if (!dims.count(v) && missing_dim.empty()) missing_dim = v;
+  if (!missing_dim.empty() && !space.slots.empty()) {
+    report.notes.push_back("search skipped: dimension '" + missing_dim +
+                           "' has no value at compile time (set_dim or dim_buckets); kept the cheapest program");
+  } else if (!space.slots.empty()) {
+    std::vector<uint32_t> choices;
+    for (const auto& opts : space.options) choices.push_back(static_cast<uint32_t>(opts.size()));
+    SegmentProfiler profiler(seg, target, o, dims, report);
+    profiler.set_inputs(false, o.seed_ + 17);
+    search::SearchSetup setup;
+    setup.seeds = {cheapest, source};
+    setup.fallback = source;
+    setup.time_limit_s = std::max(time_left_s, 1e-3);
+    search::SearchResult result = search::genetic_search(
+        choices, o, setup, [&](std::span<const search::Genome> batch) { return profiler.evaluate(batch); });
+    best = result.best;
+    report.candidates += result.report.candidates;
+    report.duplicates += result.report.duplicates_skipped;
+    for (auto r : result.report.rejected) report.rejected += r;
+  }
+  report.search_s += since(t0);
+
+  // Verify the choice on adversarial data against the unrewritten program.
+  bool verify = o.verify_ == VerifyMode::Always || (o.verify_ == VerifyMode::Auto && seg.graph->size() <= 4096);
+  if (verify && best != source && missing_dim.empty()) {
+    auto t1 = clock_type::now();
+    report.verified++;
+    if (auto why = verify_choice(seg, target, dims, best, source, o.seed_ + 101)) {
+      report.verify_failures++;
+      std::string rules;
+      for (const auto& r : seg.rules_fired) rules += (rules.empty() ? "" : ", ") + r;
+      report.notes.push_back("rejected the chosen program, which disagrees with the unrewritten one on adversarial "
+                             "inputs (" + *why + "); rules applied in this segment: " + rules);
+      best = source;
+    }
+    report.verify_s += since(t1);
+  }
+  auto program = search::extract(seg.lowered, space, best);
+  LUMINAL_ASSERT(program.has_value(), "the chosen program is cyclic");
+  report.segments_compiled++;
+  return {std::move(program->program), std::move(program->io_of)};
+}
+
+}  // namespace
+
+std::string CompileReport::to_string() const {
+  std::ostringstream os;
+  os << "compile: " << total_s << " s (repeats " << find_repeats_s << ", e-graph " << build_egraph_s
+     << ", saturate " << saturate_s << ", search " << search_s << ", verify " << verify_s << ", stitch+load "
+     << stitch_load_s << "); " << segments_compiled << " segments searched (" << segments_reused
+     << " reused a saturated e-graph)";
+  if (block_copies) os << ", block of " << block_period << " nodes x " << block_copies;
+  os << "; e-graph " << egraph_nodes << " nodes / " << egraph_classes << " classes (" << egraph_stop << "), "
+     << choice_slots << " choice slots, " << candidates << " candidates (" << rejected << " rejected, " << duplicates
+     << " duplicates), " << verified << " verified (" << verify_failures << " failed), " << plans
+     << " plan(s), peak " << peak_bytes << " bytes";
+  return os.str();
+}
+
+void Graph::compile_into(Runtime& runtime, const CompileOptions& options) const {
+  auto start = clock_type::now();
+  CompileReport report;
+
+  // 1. Identical layers are searched once.
+  auto t = clock_type::now();
+  auto block = search::find_repeated_block(*this);
+  if (block) {
+    report.block_copies = block->count;
+    report.block_period = block->period;
+  }
+  report.find_repeats_s = since(t);
+
+  // 2. One plan per dim-bucket combination; a segment is saturated once for all of them.
+  std::unordered_map<uint64_t, std::shared_ptr<SaturatedSegment>> saturated;
+  const double budget = options.search_time_limit_.count();
+  std::vector<Runtime::Plan> plans;
+  std::vector<DimMap> uppers;
+  for (const auto& combo : bucket_combinations(options, dim_map())) {
+    auto segment_search = [&](const Graph& segment) {
+      uint64_t key = search::structural_hash(segment);
+      auto& sat = saturated[key];
+      if (!sat) sat = saturate_segment(segment, runtime, options, report);
+      else report.segments_reused++;
+      double left = budget - (report.search_s + report.saturate_s);
+      return search_segment(*sat, runtime, options, combo.dims, left, report);
+    };
+    auto [program, external] = search::compile_by_segments(*this, segment_search, block);
+    plans.push_back({combo.ranges, std::move(program), std::move(external)});
+    uppers.push_back(combo.upper);
+  }
+
+  // 3. Plan memory and load every plan.
+  t = clock_type::now();
+  report.plans = static_cast<int64_t>(plans.size());
+  for (size_t p = 0; p < plans.size(); ++p)
+    report.peak_bytes = std::max(report.peak_bytes, runtime.estimate(plans[p].program, uppers[p]).memory_bytes);
+  runtime.load_plans(std::move(plans), uid());
+  report.stitch_load_s = since(t);
+  report.total_s = since(start);
+  if (options.verbose_) {
+    std::fprintf(stderr, "%s\n", report.to_string().c_str());
+    for (const auto& note : report.notes) std::fprintf(stderr, "  note: %s\n", note.c_str());
+  }
+  if (options.report_) *options.report_ = report;
+}
+
+}  // namespace luminal
