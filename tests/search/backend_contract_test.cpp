@@ -1,0 +1,263 @@
+// The backend contract: a backend's rule file declares an op, the search offers it, the
+// runtime receives it in load_program(), and the search picks whichever is measurably
+// faster on the real machine. Plus the search's own contract: program deduplication,
+// a timed-out baseline, resampling, determinism, and layout-pinning view primitives.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+#include <random>
+
+#include "luminal/luminal.hpp"
+#include "luminal/search/genetic.hpp"
+#include "luminal/search/hlir_egraph.hpp"
+#include "test_graphs.hpp"
+
+using namespace luminal;
+
+namespace {
+
+std::string write_rules(const std::string& name, const std::string& text) {
+  std::string path = ::testing::TempDir() + "/" + name;
+  std::ofstream(path) << text;
+  return path;
+}
+
+// exp2(x * c) as one op: (ScaledExp2 dtype shape c x view-of-x).
+const char* kScaledExp2Rules = R"((constructor ScaledExp2 (String ExprList f64 IR ExprList) IR :cost 1)
+(ruleset test-fuse)
+(rule ((= ?e (Exp2 ?dt ?sh ?m ?vm)) (= ?m (Mul ?dt ?sh ?x ?vx ?c ?vc)) (= ?c (Constant ?dt ?csh ?k))
+       (view-identity ?vm ?sh))
+      ((union ?e (ScaledExp2 ?dt ?sh ?k ?x ?vx))) :ruleset test-fuse :name "scaled-exp2")
+)";
+
+// A test backend: the reference interpreter plus one fused op. `work` is how many times
+// the fused kernel recomputes each element: 1 is a real fast kernel, a large value a real
+// slow one. Nothing is mocked: the search measures both.
+class FusedTestRuntime : public ReferenceRuntime {
+ public:
+  FusedTestRuntime(int work, std::shared_ptr<int> fused_loads = std::make_shared<int>(0))
+      : work_(work), fused_loads_(std::move(fused_loads)) {}
+  std::unique_ptr<Runtime> fresh() const override { return std::make_unique<FusedTestRuntime>(work_, fused_loads_); }
+  std::vector<std::string> rule_files() const override {
+    auto files = ReferenceRuntime::rule_files();
+    files.push_back(write_rules("scaled_exp2.egg", kScaledExp2Rules));
+    return files;
+  }
+  std::vector<RuleStage> rule_stages(const CompileOptions& o) const override {
+    auto stages = ReferenceRuntime::rule_stages(o);
+    stages.push_back({"fuse", {"test-fuse"}, 10'000, 5});
+    return stages;
+  }
+  void load_program(size_t slot, const Graph& program, std::vector<NodeId> ids) override {
+    for (const Node& n : program.nodes())
+      if (n.op == OpKind::BackendOp && n.backend->name == "ScaledExp2") ++*fused_loads_;
+    ReferenceRuntime::load_program(slot, program, std::move(ids));
+  }
+  int fused_loads() const { return *fused_loads_; }
+
+ protected:
+  HostTensor run_backend_op(const Node& n, std::span<const HostTensor> in,
+                            const std::vector<int64_t>& shape) const override {
+    if (n.backend->name != "ScaledExp2") return ReferenceRuntime::run_backend_op(n, in, shape);
+    std::vector<float> x = in[0].to_f32(), y(x.size());
+    float c = static_cast<float>(n.backend->f64(0));
+    for (int w = 0; w < work_; ++w)
+      for (size_t k = 0; k < x.size(); ++k) y[k] = std::exp2(static_cast<float>(x[k] * c) + static_cast<float>(w) * 0.0f);
+    return HostTensor::from<float>(y, n.dtype);
+  }
+
+ private:
+  int work_;
+  std::shared_ptr<int> fused_loads_;
+};
+
+struct ScaledExp2Graph {
+  Graph cx;
+  GraphTensor x, y;
+  ScaledExp2Graph() {
+    x = cx.tensor({20000});
+    y = (x * 0.5).exp2().output();
+  }
+  void check(Runtime& rt) {
+    std::vector<float> in(20000);
+    for (size_t k = 0; k < in.size(); ++k) in[k] = static_cast<float>(k % 97) * 0.25f - 12.f;
+    rt.set_data(x, in);
+    rt.execute(cx.dim_map());
+    auto out = rt.get_f32(y);
+    for (size_t k = 0; k < in.size(); ++k) ASSERT_NEAR(out[k], std::exp2(in[k] * 0.5f), 1e-5f * (1 + out[k])) << k;
+  }
+};
+
+
+}  // namespace
+
+TEST(BackendContract, SearchPicksTheFusedOpWhenItIsFaster) {
+  ScaledExp2Graph g;
+  CompileReport r;
+  auto loads = std::make_shared<int>(0);
+  FusedTestRuntime rt = g.cx.compile(FusedTestRuntime(1, loads),
+                                     CompileOptions().report(&r).search_graph_limit(10).trials(3).seed(1));
+  EXPECT_GE(r.choice_slots, 1);
+  EXPECT_GE(r.candidates, 2);  // the fused and the primitive program were both measured
+  EXPECT_GT(*loads, 0);        // the backend received its op in load_program
+  int before = *loads;
+  // The final plan holds the fused op: the last load_program call (load_plans) counted it.
+  EXPECT_GE(before, 2);
+  g.check(rt);
+}
+
+TEST(BackendContract, SearchKeepsThePrimitivesWhenTheFusedOpIsSlower) {
+  ScaledExp2Graph g;
+  CompileReport r;
+  auto loads = std::make_shared<int>(0);
+  // Each element recomputed 400 times: slower than the two primitive ops.
+  FusedTestRuntime rt = g.cx.compile(FusedTestRuntime(400, loads),
+                                     CompileOptions().report(&r).search_graph_limit(10).trials(2).seed(1));
+  EXPECT_GE(r.candidates, 2);
+  EXPECT_EQ(r.rejected, 0);
+  // The fused program was profiled (one load) but the final plan does not hold it.
+  EXPECT_EQ(*loads, 1);
+  g.check(rt);
+}
+
+TEST(BackendContract, TimedOutBaselineIsRejectedLikeAnyCandidate) {
+  ScaledExp2Graph g;
+  CompileReport r;
+  auto loads = std::make_shared<int>(0);
+  // The cheapest program by cost (the fused op) takes far longer than the timeout.
+  FusedTestRuntime rt = g.cx.compile(
+      FusedTestRuntime(2000, loads),
+      CompileOptions().report(&r).search_graph_limit(10).trials(1).warmup(0).profile_timeout(std::chrono::milliseconds(30)));
+  EXPECT_GE(r.rejected, 1);
+  EXPECT_EQ(*loads, 1);  // tried once as the baseline, never kept
+  g.check(rt);
+}
+
+TEST(BackendContract, BrokenDeclarationIsAnErrorNamingFileAndLine) {
+  std::string path = write_rules("broken.egg", "(ruleset x)\n(constructor BadOp (ExprList String IR ExprList) IR)\n");
+  class Broken : public ReferenceRuntime {
+   public:
+    explicit Broken(std::string p) : p_(std::move(p)) {}
+    std::unique_ptr<Runtime> fresh() const override { return std::make_unique<Broken>(p_); }
+    std::vector<std::string> rule_files() const override { return {p_}; }
+    std::vector<RuleStage> rule_stages(const CompileOptions& o) const override { return Runtime::rule_stages(o); }
+    std::string p_;
+  };
+  Graph cx;
+  auto x = cx.tensor({4});
+  (x * 2.0).output();
+  try {
+    cx.compile(Broken(path), CompileOptions());
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    std::string msg = e.what();
+    EXPECT_NE(msg.find("broken.egg:2:"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("BadOp"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("argument 1"), std::string::npos) << msg;
+  }
+}
+
+TEST(BackendContract, ViewPrimitivesPinMatmulLayouts) {
+  // A rule that claims only row-major A (k contiguous) and B stored (k, n).
+  std::string path = write_rules("pin.egg", R"((constructor RowMajorMatmul (String ExprList IR ExprList IR ExprList) IR)
+(ruleset pin)
+(rule ((= ?e (SumReduce ?dt ?sh ?ax ?m ?vm)) (= ?m (Mul ?dt ?msh ?a ?va ?b ?vb)) (view-identity ?vm ?msh)
+       (= (view-rank ?va) 3) (= ?ax 2) (= (view-stride ?va 2) 1) (view-broadcast ?va 1) (not (view-broadcast ?va 0))
+       (view-broadcast ?vb 0) (= (view-stride ?vb 2) (list-get ?msh 1)) (= (view-stride ?vb 1) 1)
+       (not (view-padded ?va)) (not (view-contiguous ?va)))
+      ((union ?e (RowMajorMatmul ?dt ?sh ?a ?va ?b ?vb))) :ruleset pin :name "pin-row-major")
+)");
+  auto offered = [&](bool transpose_a) {
+    Graph cx;
+    auto a = transpose_a ? cx.tensor({7, 3}).t() : cx.tensor({3, 7});
+    auto b = cx.tensor({7, 5});
+    a.matmul(b).output();
+    auto lowered = search::lower_to_egraph(cx);
+    search::load_rule_files(lowered, {path});
+    lowered.egraph->run(egraph::Schedule::saturate({egraph::Schedule::run("pin")}));
+    auto space = search::choice_space(lowered);
+    for (const auto& opts : space.options)
+      for (auto n : opts)
+        if (lowered.egraph->op(lowered.egraph->node(n).op).name == "RowMajorMatmul") return true;
+    return false;
+  };
+  EXPECT_TRUE(offered(false));
+  EXPECT_FALSE(offered(true));  // a transposed A has k-stride 3: the rule must not match
+}
+
+TEST(BackendContract, DuplicateProgramsAreProfiledOnce) {
+  luminal::testing::TestModel m;
+  luminal::testing::build_mlp(m);
+  CompileReport r;
+  m.cx.compile(ReferenceRuntime{},
+               CompileOptions().rulesets({"core", "commute"}).report(&r).search_graph_limit(40).trials(1).seed(3));
+  EXPECT_GT(r.duplicates, 0);  // genomes differing only in slots the program does not use
+  EXPECT_LE(r.candidates, 40);
+}
+
+TEST(GeneticSearch, ResamplesAfterAWhollyRejectedGeneration) {
+  std::vector<uint32_t> choices = {3, 3, 3, 3};
+  search::Genome seed(4, 0);
+  auto evaluate = [&](std::span<const search::Genome> batch) {
+    std::vector<search::Evaluation> out;
+    for (const auto& g : batch) {
+      bool ok = g == seed || (g[1] == 2 && g[2] == 2 && g[3] == 2);  // unreachable by one mutation of the seed
+      out.push_back(ok ? search::Evaluation{1.0 + g[0], {}, {}} : search::Evaluation{std::nullopt, search::Rejection::Throws, "no"});
+    }
+    return out;
+  };
+  search::SearchSetup setup{{seed}, seed, 10.0};
+  auto r = search::genetic_search(choices, CompileOptions().mutations(1).generation_size(4).search_graph_limit(200).seed(2),
+                                  setup, evaluate);
+  EXPECT_GT(r.report.resampled_generations, 0);
+}
+
+TEST(GeneticSearch, SameSeedAndSameTimesGiveTheSameProgram) {
+  // An injected timer: each genome's "time" is a fixed function of the genome.
+  std::vector<uint32_t> choices(12, 4);
+  auto time_of = [](const search::Genome& g) { return 1.0 + static_cast<double>(search::genome_hash(g) % 1000) / 1000.0; };
+  auto run = [&](uint64_t seed) {
+    return search::genetic_search(choices, CompileOptions().seed(seed).search_graph_limit(60),
+                                  [&](const search::Genome& g) { return search::Evaluation{time_of(g), {}, {}}; });
+  };
+  auto a = run(7), b = run(7), c = run(8);
+  EXPECT_EQ(a.best, b.best);
+  EXPECT_EQ(a.report.candidates, b.report.candidates);
+  EXPECT_NE(a.best, c.best);  // the seed matters (the space is 4^12: equal bests would be chance)
+}
+
+namespace {
+// Profiling with an injected timer: the time of a program is a function of its structure.
+class InjectedTimeRuntime : public ReferenceRuntime {
+ public:
+  explicit InjectedTimeRuntime(std::shared_ptr<uint64_t> last) : last_(std::move(last)) {}
+  std::unique_ptr<Runtime> fresh() const override { return std::make_unique<InjectedTimeRuntime>(last_); }
+  void load_program(size_t slot, const Graph& program, std::vector<NodeId> ids) override {
+    loaded_ = search::structural_hash(program);
+    *last_ = loaded_;
+    ReferenceRuntime::load_program(slot, program, std::move(ids));
+  }
+  ProfileResult profile(const DimMap& dims, const ProfileOptions& o) override {
+    ReferenceRuntime::profile(dims, o);  // run it for real (values are checked), ignore the clock
+    return {1.0 + static_cast<double>(loaded_ % 997) / 997.0, false};
+  }
+
+ private:
+  std::shared_ptr<uint64_t> last_;
+  uint64_t loaded_ = 0;
+};
+}  // namespace
+
+TEST(BackendContract, CompileIsDeterministicWithAnInjectedTimer) {
+  auto compile_once = [](uint64_t seed) {
+    luminal::testing::TestModel m;
+    luminal::testing::build_transformer_block(m);
+    auto last = std::make_shared<uint64_t>(0);
+    m.cx.compile(InjectedTimeRuntime(last),
+                 CompileOptions().rulesets({"core", "commute"}).search_graph_limit(30).trials(1).seed(seed));
+    return *last;  // the final plan is the last program loaded
+  };
+  uint64_t a = compile_once(5), b = compile_once(5);
+  EXPECT_EQ(a, b);
+}
