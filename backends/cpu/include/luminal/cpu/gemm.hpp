@@ -1,0 +1,66 @@
+// Matrix multiplication kernels of the CPU backend.
+//
+//   C[b] = act(A[b] @ B[b] + bias)   for b in [0, batch)
+//
+// A is F32; B (usually the weights) is F32, F16 or BF16 and stays in its dtype: it is
+// converted while being packed into cache-sized panels (or, on the GEMV path, in small
+// strips), never expanded into an F32 copy. Every operand takes element strides, so a
+// transposed or strided view needs no copy; a batch stride of 0 broadcasts.
+//
+// Two implementations compete per shape (the search measures both): gemm(), our own
+// blocked SIMD GEMM, and blas_gemm() in blas_gemm.hpp (OpenBLAS).
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+
+#include "luminal/dtype.hpp"
+
+namespace luminal::cpu {
+
+enum class Epilogue : uint8_t { None, Relu, GeluTanh, GeluErf, Silu };
+std::string_view epilogue_name(Epilogue e);
+
+struct GemmArgs {
+  int64_t m = 0, n = 0, k = 0;
+  int64_t batch = 1;
+  // A: m x k F32. Element (i, p) of batch b: a[b * a_batch_stride + i * a_row_stride + p * a_col_stride].
+  const float* a = nullptr;
+  int64_t a_row_stride = 0, a_col_stride = 1, a_batch_stride = 0;
+  // B: k x n of b_dtype. Element (p, j): b[b * b_batch_stride + p * b_row_stride + j * b_col_stride].
+  // A PyTorch Linear weight W[n, k] is B = W^T: b_row_stride = 1, b_col_stride = k.
+  const void* b = nullptr;
+  DType b_dtype = DType::F32;
+  int64_t b_row_stride = 0, b_col_stride = 1, b_batch_stride = 0;
+  // C: m x n F32, rows contiguous. Element (i, j): c[b * c_batch_stride + i * c_row_stride + j].
+  float* c = nullptr;
+  int64_t c_row_stride = 0, c_batch_stride = 0;
+  const float* bias = nullptr;  // n values added to every row, or null
+  Epilogue epilogue = Epilogue::None;
+
+  // Row-major contiguous A (m x k), B (k x n), C (m x n); one batch.
+  static GemmArgs row_major(int64_t m, int64_t n, int64_t k, const float* a, const void* b, float* c,
+                            DType b_dtype = DType::F32);
+};
+
+// Throws luminal::Error naming the problem when the arguments are inconsistent
+// (negative sizes, null operands, unsupported dtypes, C rows that overlap).
+void validate(const GemmArgs& args);
+
+// Our GEMM, parallel on ThreadPool::global(). Small m (decode) takes a GEMV path that
+// streams B once, N-parallel. Call it from outside pool tasks for parallelism (inside
+// one it runs serially).
+void gemm(const GemmArgs& args);
+
+// ---- instruction sets ----
+enum class Isa : uint8_t { Generic, Avx2, Avx512 };
+std::string_view isa_name(Isa isa);
+bool isa_supported(Isa isa);  // by this CPU (and this build)
+Isa best_isa();               // the widest supported
+// The ISA gemm() uses: best_isa(), or the LUMINAL_CPU_ISA environment variable
+// (generic, avx2, avx512) read on first use, or the last pin_isa().
+Isa active_isa();
+// Force an ISA (tests, benchmarks). Throws luminal::Error when the CPU lacks it.
+void pin_isa(Isa isa);
+
+}  // namespace luminal::cpu

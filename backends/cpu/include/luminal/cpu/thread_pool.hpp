@@ -1,0 +1,75 @@
+// One thread pool per process, over all cores.
+//
+// parallel_for splits [begin, end) into chunks of `grain` indices; the pool's workers
+// and the calling thread take chunks until none are left, so a pool of T threads runs
+// T - 1 workers. Workers spin briefly after a job (the next one usually follows within
+// microseconds), then sleep on a condition variable so an idle process costs nothing.
+//
+// Oversubscription policy: this pool is the only source of parallelism. A parallel_for
+// called from inside a pool task runs serially on that thread, and OpenBLAS (see
+// blas_gemm.hpp) is told the pool's thread count and never called from a pool task, so
+// at most num_threads() threads compute at any time.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <exception>
+#include <mutex>
+#include <thread>
+#include <type_traits>
+#include <vector>
+
+namespace luminal::cpu {
+
+class ThreadPool {
+ public:
+  // The process-wide pool: std::thread::hardware_concurrency() threads, or the value of
+  // the environment variable LUMINAL_NUM_THREADS when set (>= 1).
+  static ThreadPool& global();
+
+  explicit ThreadPool(int num_threads);
+  ~ThreadPool();
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+
+  // Threads that compute in a parallel_for, the caller included.
+  int num_threads() const { return static_cast<int>(workers_.size()) + 1; }
+  // True on a thread that is running a chunk of some pool's parallel_for.
+  static bool in_task();
+
+  // fn(chunk_begin, chunk_end) for consecutive chunks of at most `grain` indices that
+  // cover [begin, end). Returns when all chunks have run. The first exception thrown by
+  // fn is rethrown here (remaining chunks are skipped).
+  template <class Fn>
+  void parallel_for(int64_t begin, int64_t end, int64_t grain, Fn&& fn) {
+    using F = std::remove_reference_t<Fn>;
+    run(begin, end, grain, [](void* ctx, int64_t b, int64_t e) { (*static_cast<F*>(ctx))(b, e); },
+        const_cast<void*>(static_cast<const void*>(&fn)));
+  }
+
+ private:
+  using ChunkFn = void (*)(void*, int64_t, int64_t);
+  void run(int64_t begin, int64_t end, int64_t grain, ChunkFn fn, void* ctx);
+  void worker_loop();
+  void work_on_job();
+
+  std::vector<std::thread> workers_;
+  std::mutex submit_mutex_;  // one job at a time; other callers wait their turn
+  std::mutex mutex_;
+  std::condition_variable wake_cv_, done_cv_;
+  std::atomic<uint64_t> generation_{0};
+  std::atomic<int> pending_workers_{0};
+  bool stop_ = false;
+
+  // The current job, published by generation_.
+  ChunkFn fn_ = nullptr;
+  void* ctx_ = nullptr;
+  int64_t end_ = 0, grain_ = 1;
+  std::atomic<int64_t> next_{0};
+  std::atomic<bool> failed_{false};
+  std::exception_ptr error_;
+  std::mutex error_mutex_;
+};
+
+}  // namespace luminal::cpu

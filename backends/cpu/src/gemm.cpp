@@ -1,0 +1,373 @@
+// The GEMM driver: validation, ISA choice, blocking, packing and threading. The inner
+// loops live in the per-ISA kernel tables (kernels_*.cpp).
+//
+// Blocked path (BLIS-style): for each block of kNc columns and kKc depth steps, B is
+// packed into kc x NR panels (converted to F32 on the way) and A into MR x kc panels,
+// both in parallel; then tasks over (batch, block of kMcRows rows, range of B panels)
+// run the micro-kernel over their tiles, B panel outer so it stays in L1 while the A
+// panels stream from L2. The epilogue runs on each tile after its last depth block,
+// while the tile is still in cache.
+//
+// GEMV path (m <= kGemvMaxRows): packing B would cost more than using it, so B is read
+// once, in place, split over N across the pool: bandwidth, not FLOPs, bounds it.
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+
+#include "kernels.hpp"
+#include "luminal/cpu/gemm.hpp"
+#include "luminal/cpu/thread_pool.hpp"
+#include "luminal/error.hpp"
+
+namespace luminal::cpu {
+namespace {
+
+constexpr int64_t kKc = 256;           // depth per packed block
+constexpr int64_t kMcRows = 144;       // rows per task block (rounded down to MR)
+constexpr int64_t kNc = 4096;          // columns per packed B block
+constexpr int64_t kGemvMaxRows = 4;    // m at or below this takes the GEMV path
+constexpr int64_t kGemvRowsChunk = 256;  // GEMV (rows layout) columns per task
+constexpr int64_t kGemvColsChunk = 32;   // GEMV (columns layout) columns per task
+constexpr int64_t kPackBudget = int64_t{32} << 20;  // bytes of packed panels per round of batches
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
+
+// A grow-only 64-byte aligned buffer per calling thread; pool tasks only write into it.
+float* workspace(size_t floats) {
+  struct Buffer {
+    float* data = nullptr;
+    size_t size = 0;
+    ~Buffer() { std::free(data); }
+  };
+  thread_local Buffer buffer;
+  if (buffer.size < floats) {
+    std::free(buffer.data);
+    const size_t bytes = (floats * sizeof(float) + 63) / 64 * 64;
+    buffer.data = static_cast<float*>(std::aligned_alloc(64, bytes));
+    LUMINAL_CHECK(buffer.data != nullptr, "gemm: cannot allocate ", bytes, " bytes of packing space");
+    buffer.size = floats;
+  }
+  return buffer.data;
+}
+
+const void* b_element(const GemmArgs& g, int64_t batch, int64_t p, int64_t j) {
+  const int64_t eb = static_cast<int64_t>(dtype_bytes(g.b_dtype));
+  return static_cast<const char*>(g.b) + (batch * g.b_batch_stride + p * g.b_row_stride + j * g.b_col_stride) * eb;
+}
+
+// Panel q of B (columns jc + q*NR ..) over depth [pc, pc + kc): dst[p * NR + j].
+void pack_b_panel(const detail::Kernels& kern, const GemmArgs& g, int64_t batch, int64_t pc, int64_t kc, int64_t j0,
+                  int64_t nv, float* dst) {
+  const int64_t nr = kern.nr;
+  if (g.b_col_stride == 1) {
+    for (int64_t p = 0; p < kc; ++p) {
+      kern.convert(b_element(g, batch, pc + p, j0), g.b_dtype, dst + p * nr, nv);
+      std::fill(dst + p * nr + nv, dst + (p + 1) * nr, 0.f);
+    }
+    return;
+  }
+  if (g.b_row_stride == 1) {
+    alignas(64) float column[kKc];
+    for (int64_t j = 0; j < nr; ++j) {
+      if (j < nv) {
+        kern.convert(b_element(g, batch, pc, j0 + j), g.b_dtype, column, kc);
+        for (int64_t p = 0; p < kc; ++p) dst[p * nr + j] = column[p];
+      } else {
+        for (int64_t p = 0; p < kc; ++p) dst[p * nr + j] = 0.f;
+      }
+    }
+    return;
+  }
+  for (int64_t p = 0; p < kc; ++p) {
+    for (int64_t j = 0; j < nr; ++j) {
+      if (j < nv) {
+        kern.convert(b_element(g, batch, pc + p, j0 + j), g.b_dtype, dst + p * nr + j, 1);
+      } else {
+        dst[p * nr + j] = 0.f;
+      }
+    }
+  }
+}
+
+// Panel of A rows [i0, i0 + mv) over depth [pc, pc + kc): dst[p * MR + r].
+void pack_a_panel(int64_t mr, const GemmArgs& g, int64_t batch, int64_t pc, int64_t kc, int64_t i0, int64_t mv,
+                  float* dst) {
+  const float* a = g.a + batch * g.a_batch_stride;
+  if (g.a_col_stride == 1) {
+    for (int64_t r = 0; r < mr; ++r) {
+      if (r < mv) {
+        const float* src = a + (i0 + r) * g.a_row_stride + pc;
+        for (int64_t p = 0; p < kc; ++p) dst[p * mr + r] = src[p];
+      } else {
+        for (int64_t p = 0; p < kc; ++p) dst[p * mr + r] = 0.f;
+      }
+    }
+    return;
+  }
+  for (int64_t p = 0; p < kc; ++p) {
+    for (int64_t r = 0; r < mr; ++r) {
+      dst[p * mr + r] = r < mv ? a[(i0 + r) * g.a_row_stride + (pc + p) * g.a_col_stride] : 0.f;
+    }
+  }
+}
+
+bool has_epilogue(const GemmArgs& g) { return g.bias != nullptr || g.epilogue != Epilogue::None; }
+
+void gemm_blocked(const detail::Kernels& kern, const GemmArgs& g, ThreadPool& pool) {
+  const int64_t mr = kern.mr, nr = kern.nr;
+  const int64_t mc = std::max<int64_t>(mr, kMcRows / mr * mr);
+  const int64_t m_panels = ceil_div(g.m, mr);
+  const int64_t m_blocks = ceil_div(g.m, mc);
+  const bool b_broadcast = g.b_batch_stride == 0;
+  const int64_t kc_max = std::min(kKc, g.k);
+  const int64_t nc_max = round_up(std::min(kNc, g.n), nr);
+  const int64_t a_floats = round_up(m_panels * mr * kc_max, 16);  // keeps B panels 64-byte aligned
+  const int64_t b_floats = kc_max * nc_max;
+  const int64_t per_batch = (a_floats + (b_broadcast ? 0 : b_floats)) * int64_t{sizeof(float)};
+  const int64_t group = std::clamp<int64_t>(kPackBudget / std::max<int64_t>(per_batch, 1), 1, g.batch);
+  const int threads = pool.num_threads();
+
+  for (int64_t b0 = 0; b0 < g.batch; b0 += group) {
+    const int64_t gb = std::min(group, g.batch - b0);
+    const int64_t b_copies = b_broadcast ? 1 : gb;
+    float* packed_a = workspace(static_cast<size_t>(gb * a_floats + b_copies * b_floats));
+    float* packed_b = packed_a + gb * a_floats;
+    for (int64_t jc = 0; jc < g.n; jc += kNc) {
+      const int64_t nc = std::min(kNc, g.n - jc);
+      const int64_t n_panels = ceil_div(nc, nr);
+      // Enough tasks to balance the pool, each at least 4 B panels wide.
+      const int64_t want = 4 * static_cast<int64_t>(threads);
+      const int64_t n_splits =
+          std::clamp<int64_t>(ceil_div(want, gb * m_blocks), 1, std::max<int64_t>(1, n_panels / 4));
+      const int64_t panels_per_split = ceil_div(n_panels, n_splits);
+      for (int64_t pc = 0; pc < g.k; pc += kKc) {
+        const int64_t kc = std::min(kKc, g.k - pc);
+        const bool first = pc == 0, last = pc + kc == g.k;
+        // Pack: B panels of every distinct batch, then A panels of every batch.
+        const int64_t b_items = b_copies * n_panels;
+        pool.parallel_for(0, b_items + gb * m_panels, 4, [&](int64_t begin, int64_t end) {
+          for (int64_t item = begin; item < end; ++item) {
+            if (item < b_items) {
+              const int64_t bi = item / n_panels, q = item % n_panels;
+              pack_b_panel(kern, g, b0 + bi, pc, kc, jc + q * nr, std::min(nr, nc - q * nr),
+                           packed_b + bi * b_floats + q * kc * nr);
+            } else {
+              const int64_t bi = (item - b_items) / m_panels, s = (item - b_items) % m_panels;
+              pack_a_panel(mr, g, b0 + bi, pc, kc, s * mr, std::min(mr, g.m - s * mr),
+                           packed_a + bi * a_floats + s * kc * mr);
+            }
+          }
+        });
+        pool.parallel_for(0, gb * m_blocks * n_splits, 1, [&](int64_t begin, int64_t end) {
+          alignas(64) float tile[16 * 64];
+          LUMINAL_ASSERT(mr * nr <= 16 * 64, "micro-tile larger than the edge buffer");
+          for (int64_t task = begin; task < end; ++task) {
+            const int64_t bi = task / (m_blocks * n_splits);
+            const int64_t ib = task / n_splits % m_blocks, split = task % n_splits;
+            const int64_t q_begin = split * panels_per_split;
+            const int64_t q_end = std::min(n_panels, q_begin + panels_per_split);
+            const float* a_block = packed_a + bi * a_floats;
+            const float* b_block = packed_b + (b_broadcast ? 0 : bi) * b_floats;
+            float* c = g.c + (b0 + bi) * g.c_batch_stride;
+            const int64_t s_begin = ib * (mc / mr), s_end = std::min(m_panels, s_begin + mc / mr);
+            for (int64_t q = q_begin; q < q_end; ++q) {
+              const int64_t j = jc + q * nr, nv = std::min(nr, g.n - j);
+              for (int64_t s = s_begin; s < s_end; ++s) {
+                const int64_t i = s * mr, mv = std::min(mr, g.m - i);
+                float* c_tile = c + i * g.c_row_stride + j;
+                const float* a_panel = a_block + s * kc * mr;
+                const float* b_panel = b_block + q * kc * nr;
+                if (mv == mr && nv == nr) {
+                  kern.micro(kc, a_panel, b_panel, c_tile, g.c_row_stride, !first);
+                } else {
+                  kern.micro(kc, a_panel, b_panel, tile, nr, false);
+                  for (int64_t r = 0; r < mv; ++r) {
+                    float* dst = c_tile + r * g.c_row_stride;
+                    const float* src = tile + r * nr;
+                    for (int64_t x = 0; x < nv; ++x) dst[x] = first ? src[x] : dst[x] + src[x];
+                  }
+                }
+                if (last && has_epilogue(g)) {
+                  for (int64_t r = 0; r < mv; ++r) {
+                    kern.epilogue(c_tile + r * g.c_row_stride, nv, g.bias ? g.bias + j : nullptr, g.epilogue);
+                  }
+                }
+              }
+            }
+          }
+        });
+      }
+    }
+  }
+}
+
+void gemm_gemv(const detail::Kernels& kern, const GemmArgs& g, ThreadPool& pool) {
+  const bool rows_layout = g.b_col_stride == 1;
+  const int64_t chunk = rows_layout ? kGemvRowsChunk : kGemvColsChunk;
+  const int64_t chunks = ceil_div(g.n, chunk);
+  const int64_t ldb = rows_layout ? g.b_row_stride : g.b_col_stride;
+  // The kernels read A rows contiguously; copy a strided A (m * k floats: small here).
+  const bool a_contiguous = g.a_col_stride == 1;
+  const float* a_copy = nullptr;
+  if (!a_contiguous) {
+    float* copy = workspace(static_cast<size_t>(g.batch * g.m * g.k));
+    for (int64_t b = 0; b < g.batch; ++b) {
+      for (int64_t i = 0; i < g.m; ++i) {
+        for (int64_t p = 0; p < g.k; ++p) {
+          copy[(b * g.m + i) * g.k + p] = g.a[b * g.a_batch_stride + i * g.a_row_stride + p * g.a_col_stride];
+        }
+      }
+    }
+    a_copy = copy;
+  }
+  pool.parallel_for(0, g.batch * chunks, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t task = begin; task < end; ++task) {
+      const int64_t b = task / chunks, j0 = task % chunks * chunk, w = std::min(chunk, g.n - j0);
+      const float* a = a_contiguous ? g.a + b * g.a_batch_stride : a_copy + b * g.m * g.k;
+      const int64_t lda = a_contiguous ? g.a_row_stride : g.k;
+      float* c = g.c + b * g.c_batch_stride + j0;
+      const void* b_chunk = b_element(g, b, 0, j0);
+      (rows_layout ? kern.gemv_rows : kern.gemv_cols)(g.m, g.k, a, lda, b_chunk, g.b_dtype, ldb, w, c, g.c_row_stride);
+      if (has_epilogue(g)) {
+        for (int64_t i = 0; i < g.m; ++i) {
+          kern.epilogue(c + i * g.c_row_stride, w, g.bias ? g.bias + j0 : nullptr, g.epilogue);
+        }
+      }
+    }
+  });
+}
+
+// ---- ISA selection ----
+std::atomic<int> g_active_isa{-1};
+
+Isa parse_isa(std::string_view name) {
+  if (name == "generic") return Isa::Generic;
+  if (name == "avx2") return Isa::Avx2;
+  if (name == "avx512") return Isa::Avx512;
+  fail("LUMINAL_CPU_ISA: unknown instruction set '", name, "' (expected generic, avx2 or avx512)");
+}
+
+const detail::Kernels& kernels_for(Isa isa) {
+  switch (isa) {
+#if defined(LUMINAL_CPU_HAVE_X86_KERNELS)
+    case Isa::Avx512: return detail::avx512_kernels();
+    case Isa::Avx2: return detail::avx2_kernels();
+#endif
+    default: return detail::generic_kernels();
+  }
+}
+
+}  // namespace
+
+std::string_view epilogue_name(Epilogue e) {
+  switch (e) {
+    case Epilogue::None: return "none";
+    case Epilogue::Relu: return "relu";
+    case Epilogue::GeluTanh: return "gelu_tanh";
+    case Epilogue::GeluErf: return "gelu_erf";
+    case Epilogue::Silu: return "silu";
+  }
+  return "?";
+}
+
+std::string_view isa_name(Isa isa) {
+  switch (isa) {
+    case Isa::Generic: return "generic";
+    case Isa::Avx2: return "avx2";
+    case Isa::Avx512: return "avx512";
+  }
+  return "?";
+}
+
+bool isa_supported(Isa isa) {
+  switch (isa) {
+    case Isa::Generic: return true;
+#if defined(LUMINAL_CPU_HAVE_X86_KERNELS)
+    case Isa::Avx2:
+      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+    case Isa::Avx512: return isa_supported(Isa::Avx2) && __builtin_cpu_supports("avx512f");
+#else
+    default: return false;
+#endif
+  }
+  return false;
+}
+
+Isa best_isa() {
+  for (Isa isa : {Isa::Avx512, Isa::Avx2}) {
+    if (isa_supported(isa)) return isa;
+  }
+  return Isa::Generic;
+}
+
+void pin_isa(Isa isa) {
+  LUMINAL_CHECK(isa_supported(isa), "pin_isa: this CPU (or build) lacks ", isa_name(isa));
+  g_active_isa.store(static_cast<int>(isa));
+}
+
+Isa active_isa() {
+  int isa = g_active_isa.load();
+  if (isa < 0) {
+    const char* env = std::getenv("LUMINAL_CPU_ISA");
+    const Isa chosen = env != nullptr && *env != '\0' ? parse_isa(env) : best_isa();
+    LUMINAL_CHECK(isa_supported(chosen), "LUMINAL_CPU_ISA=", env, ": this CPU (or build) lacks it");
+    int expected = -1;
+    g_active_isa.compare_exchange_strong(expected, static_cast<int>(chosen));
+    isa = g_active_isa.load();
+  }
+  return static_cast<Isa>(isa);
+}
+
+const detail::Kernels& detail::active_kernels() { return kernels_for(active_isa()); }
+
+GemmArgs GemmArgs::row_major(int64_t m, int64_t n, int64_t k, const float* a, const void* b, float* c, DType b_dtype) {
+  GemmArgs g;
+  g.m = m, g.n = n, g.k = k;
+  g.a = a, g.a_row_stride = k, g.a_col_stride = 1;
+  g.b = b, g.b_dtype = b_dtype, g.b_row_stride = n, g.b_col_stride = 1;
+  g.c = c, g.c_row_stride = n;
+  return g;
+}
+
+void validate(const GemmArgs& g) {
+  LUMINAL_CHECK(g.m >= 0 && g.n >= 0 && g.k >= 0, "gemm: negative size m=", g.m, " n=", g.n, " k=", g.k);
+  LUMINAL_CHECK(g.batch >= 1, "gemm: batch must be >= 1, got ", g.batch);
+  LUMINAL_CHECK(g.b_dtype == DType::F32 || g.b_dtype == DType::F16 || g.b_dtype == DType::BF16,
+                "gemm: B must be F32, F16 or BF16, got ", dtype_name(g.b_dtype));
+  if (g.m == 0 || g.n == 0) return;
+  LUMINAL_CHECK(g.c != nullptr, "gemm: C is null");
+  LUMINAL_CHECK(g.m == 1 || g.c_row_stride >= g.n, "gemm: C rows overlap (row stride ", g.c_row_stride, " < n ", g.n,
+                ")");
+  LUMINAL_CHECK(g.batch == 1 || g.c_batch_stride >= (g.m - 1) * g.c_row_stride + g.n,
+                "gemm: C batches overlap (batch stride ", g.c_batch_stride, ")");
+  if (g.k > 0) LUMINAL_CHECK(g.a != nullptr && g.b != nullptr, "gemm: A or B is null");
+}
+
+void gemm(const GemmArgs& g) {
+  validate(g);
+  if (g.m == 0 || g.n == 0) return;
+  const detail::Kernels& kern = detail::active_kernels();
+  ThreadPool& pool = ThreadPool::global();
+  if (g.k == 0) {  // an empty sum: C = act(0 + bias)
+    for (int64_t b = 0; b < g.batch; ++b) {
+      for (int64_t i = 0; i < g.m; ++i) {
+        float* row = g.c + b * g.c_batch_stride + i * g.c_row_stride;
+        std::fill(row, row + g.n, 0.f);
+        kern.epilogue(row, g.n, g.bias, g.epilogue);
+      }
+    }
+    return;
+  }
+  const bool gemv_layout = g.b_col_stride == 1 || g.b_row_stride == 1;
+  if (g.m <= kGemvMaxRows && gemv_layout) {
+    gemm_gemv(kern, g, pool);
+  } else {
+    gemm_blocked(kern, g, pool);
+  }
+}
+
+}  // namespace luminal::cpu

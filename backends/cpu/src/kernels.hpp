@@ -1,0 +1,43 @@
+// The per-ISA kernel table behind gemm(). Each ISA's translation unit is compiled with
+// its own -m flags and fills one table; the driver (gemm.cpp, baseline flags) picks a
+// table at run time and does the blocking, packing and threading.
+#pragma once
+
+#include <cstdint>
+
+#include "luminal/cpu/gemm.hpp"
+
+namespace luminal::cpu::detail {
+
+struct Kernels {
+  Isa isa;
+  int mr, nr;  // micro-tile rows and columns
+  // C[mr x nr] (row stride ldc) = (accumulate ? C : 0) + sum_p a[p*mr + r] * b[p*nr + j],
+  // over kc steps of packed panels.
+  void (*micro)(int64_t kc, const float* a, const float* b, float* c, int64_t ldc, bool accumulate);
+  // dst[0:n] = src[0:n] as F32; src is contiguous of dtype dt (F32, F16 or BF16).
+  void (*convert)(const void* src, DType dt, float* dst, int64_t n);
+  // GEMV with B rows contiguous (b_col_stride 1): for i < m, j < w:
+  //   out[i*ldo + j] = sum_p a[i*lda + p] * B[p*ldb + j].
+  void (*gemv_rows)(int64_t m, int64_t k, const float* a, int64_t lda, const void* b, DType dt, int64_t ldb,
+                    int64_t w, float* out, int64_t ldo);
+  // GEMV with B columns contiguous (b_row_stride 1, e.g. a Linear weight): for i < m, j < w:
+  //   out[i*ldo + j] = sum_p a[i*lda + p] * B[j*ldb + p].
+  void (*gemv_cols)(int64_t m, int64_t k, const float* a, int64_t lda, const void* b, DType dt, int64_t ldb,
+                    int64_t w, float* out, int64_t ldo);
+  // x[j] = act(x[j] + bias[j]) for j < n (bias may be null).
+  void (*epilogue)(float* x, int64_t n, const float* bias, Epilogue e);
+};
+
+// The table of active_isa().
+const Kernels& active_kernels();
+const Kernels& generic_kernels();
+// A broken invariant (validate() admits only F32, F16, BF16 B). Out of line so the
+// kernel TUs instantiate no error-formatting templates (see kernels_common.inc).
+[[noreturn]] void unsupported_b_dtype(DType dt);
+#if defined(LUMINAL_CPU_HAVE_X86_KERNELS)
+const Kernels& avx2_kernels();
+const Kernels& avx512_kernels();
+#endif
+
+}  // namespace luminal::cpu::detail

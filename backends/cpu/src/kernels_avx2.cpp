@@ -1,0 +1,59 @@
+// AVX2 + FMA kernel table (this file is compiled with -mavx2 -mfma -mf16c): a 6 x 16
+// micro-tile, 12 accumulators + 2 B vectors + 1 broadcast of the 16 ymm registers.
+#include <immintrin.h>
+
+#include <cstdint>
+
+#include "kernels.hpp"
+
+namespace luminal::cpu::detail {
+namespace {
+
+constexpr int kMr = 6, kNr = 16;
+
+void convert_f16(const uint16_t* src, float* dst, int64_t n) {
+  int64_t j = 0;
+  for (; j + 8 <= n; j += 8) {
+    _mm256_storeu_ps(dst + j, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + j))));
+  }
+  for (; j < n; ++j) dst[j] = _cvtsh_ss(src[j]);
+}
+
+#include "kernels_common.inc"
+
+void micro(int64_t kc, const float* a, const float* b, float* c, int64_t ldc, bool accumulate) {
+  __m256 acc[kMr][2];
+#pragma GCC unroll 6
+  for (int r = 0; r < kMr; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
+  for (int64_t p = 0; p < kc; ++p) {
+    const __m256 b0 = _mm256_load_ps(b);
+    const __m256 b1 = _mm256_load_ps(b + 8);
+#pragma GCC unroll 6
+    for (int r = 0; r < kMr; ++r) {
+      const __m256 av = _mm256_broadcast_ss(a + r);
+      acc[r][0] = _mm256_fmadd_ps(av, b0, acc[r][0]);
+      acc[r][1] = _mm256_fmadd_ps(av, b1, acc[r][1]);
+    }
+    a += kMr;
+    b += kNr;
+  }
+#pragma GCC unroll 6
+  for (int r = 0; r < kMr; ++r) {
+    float* cr = c + r * ldc;
+    if (accumulate) {
+      acc[r][0] = _mm256_add_ps(acc[r][0], _mm256_loadu_ps(cr));
+      acc[r][1] = _mm256_add_ps(acc[r][1], _mm256_loadu_ps(cr + 8));
+    }
+    _mm256_storeu_ps(cr, acc[r][0]);
+    _mm256_storeu_ps(cr + 8, acc[r][1]);
+  }
+}
+
+}  // namespace
+
+const Kernels& avx2_kernels() {
+  static const Kernels table{Isa::Avx2, kMr, kNr, micro, convert_any, gemv_rows, gemv_cols, epilogue};
+  return table;
+}
+
+}  // namespace luminal::cpu::detail

@@ -1,0 +1,61 @@
+// AVX-512F kernel table (this file is compiled with -mavx512f -mavx2 -mfma -mf16c): a
+// 12 x 32 micro-tile, 24 accumulators + 2 B vectors + 1 broadcast of the 32 zmm registers.
+#include <immintrin.h>
+
+#include <cstdint>
+
+#include "kernels.hpp"
+
+namespace luminal::cpu::detail {
+namespace {
+
+constexpr int kMr = 12, kNr = 32;
+
+void convert_f16(const uint16_t* src, float* dst, int64_t n) {
+  int64_t j = 0;
+  for (; j + 16 <= n; j += 16) {
+    // The zero-masked form: GCC 12 flags the plain one's undefined source as uninitialised.
+    const __m256i halves = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + j));
+    _mm512_storeu_ps(dst + j, _mm512_maskz_cvtph_ps(static_cast<__mmask16>(0xFFFF), halves));
+  }
+  for (; j < n; ++j) dst[j] = _cvtsh_ss(src[j]);
+}
+
+#include "kernels_common.inc"
+
+void micro(int64_t kc, const float* a, const float* b, float* c, int64_t ldc, bool accumulate) {
+  __m512 acc[kMr][2];
+#pragma GCC unroll 12
+  for (int r = 0; r < kMr; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
+  for (int64_t p = 0; p < kc; ++p) {
+    const __m512 b0 = _mm512_load_ps(b);
+    const __m512 b1 = _mm512_load_ps(b + 16);
+#pragma GCC unroll 12
+    for (int r = 0; r < kMr; ++r) {
+      const __m512 av = _mm512_set1_ps(a[r]);
+      acc[r][0] = _mm512_fmadd_ps(av, b0, acc[r][0]);
+      acc[r][1] = _mm512_fmadd_ps(av, b1, acc[r][1]);
+    }
+    a += kMr;
+    b += kNr;
+  }
+#pragma GCC unroll 12
+  for (int r = 0; r < kMr; ++r) {
+    float* cr = c + r * ldc;
+    if (accumulate) {
+      acc[r][0] = _mm512_add_ps(acc[r][0], _mm512_loadu_ps(cr));
+      acc[r][1] = _mm512_add_ps(acc[r][1], _mm512_loadu_ps(cr + 16));
+    }
+    _mm512_storeu_ps(cr, acc[r][0]);
+    _mm512_storeu_ps(cr + 16, acc[r][1]);
+  }
+}
+
+}  // namespace
+
+const Kernels& avx512_kernels() {
+  static const Kernels table{Isa::Avx512, kMr, kNr, micro, convert_any, gemv_rows, gemv_cols, epilogue};
+  return table;
+}
+
+}  // namespace luminal::cpu::detail

@@ -1,0 +1,61 @@
+// The portable kernel table: plain loops the compiler vectorises for the baseline ISA.
+#include <cstdint>
+
+#include "kernels.hpp"
+#include "luminal/error.hpp"
+
+namespace luminal::cpu::detail {
+namespace {
+
+constexpr int kMr = 4, kNr = 16;
+
+float half_to_float(uint16_t h) {
+  const uint32_t sign = uint32_t{h & 0x8000u} << 16;
+  const uint32_t exponent = (h >> 10) & 0x1fu;
+  const uint32_t mantissa = h & 0x3ffu;
+  if (exponent == 0) {  // zero or subnormal: mantissa * 2^-24
+    const float magnitude = static_cast<float>(mantissa) * 5.9604644775390625e-8f;
+    return sign != 0 ? -magnitude : magnitude;
+  }
+  uint32_t bits = exponent == 31 ? sign | 0x7f800000u | (mantissa << 13)           // inf, NaN
+                                 : sign | ((exponent + 112u) << 23) | (mantissa << 13);  // rebias 15 -> 127
+  float f;
+  __builtin_memcpy(&f, &bits, sizeof f);
+  return f;
+}
+
+void convert_f16(const uint16_t* src, float* dst, int64_t n) {
+  for (int64_t j = 0; j < n; ++j) dst[j] = half_to_float(src[j]);
+}
+
+#include "kernels_common.inc"
+
+void micro(int64_t kc, const float* a, const float* b, float* c, int64_t ldc, bool accumulate) {
+  float acc[kMr][kNr] = {};
+  for (int64_t p = 0; p < kc; ++p) {
+    for (int r = 0; r < kMr; ++r) {
+      for (int j = 0; j < kNr; ++j) acc[r][j] += a[r] * b[j];
+    }
+    a += kMr;
+    b += kNr;
+  }
+  for (int r = 0; r < kMr; ++r) {
+    float* cr = c + r * ldc;
+    if (accumulate) {
+      for (int j = 0; j < kNr; ++j) cr[j] += acc[r][j];
+    } else {
+      for (int j = 0; j < kNr; ++j) cr[j] = acc[r][j];
+    }
+  }
+}
+
+}  // namespace
+
+void unsupported_b_dtype(DType dt) { LUMINAL_ASSERT(false, "cpu kernels: B dtype ", dtype_name(dt), " reached a kernel"); }
+
+const Kernels& generic_kernels() {
+  static const Kernels table{Isa::Generic, kMr, kNr, micro, convert_any, gemv_rows, gemv_cols, epilogue};
+  return table;
+}
+
+}  // namespace luminal::cpu::detail

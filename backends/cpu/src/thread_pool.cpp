@@ -1,0 +1,146 @@
+#include "luminal/cpu/thread_pool.hpp"
+
+#include <chrono>
+#include <cstdlib>
+#include <string>
+
+#include "luminal/error.hpp"
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define LUMINAL_CPU_RELAX() _mm_pause()
+#else
+#define LUMINAL_CPU_RELAX() std::this_thread::yield()
+#endif
+
+namespace luminal::cpu {
+namespace {
+
+thread_local bool t_in_task = false;
+
+// How long a thread busy-waits before sleeping: long enough to catch the next job of a
+// kernel sequence, short enough not to steal a shared machine's cores while idle.
+constexpr auto kSpin = std::chrono::microseconds(50);
+
+template <class Ready>
+bool spin_until(Ready ready) {
+  const auto deadline = std::chrono::steady_clock::now() + kSpin;
+  for (int i = 0;; ++i) {
+    if (ready()) return true;
+    LUMINAL_CPU_RELAX();
+    if ((i & 63) == 63 && std::chrono::steady_clock::now() > deadline) return ready();
+  }
+}
+
+int threads_from_environment() {
+  if (const char* env = std::getenv("LUMINAL_NUM_THREADS")) {
+    char* end = nullptr;
+    const long value = std::strtol(env, &end, 10);
+    LUMINAL_CHECK(end != env && *end == '\0' && value >= 1 && value <= 4096,
+                  "LUMINAL_NUM_THREADS must be a thread count >= 1, got '", env, "'");
+    return static_cast<int>(value);
+  }
+  const unsigned hw = std::thread::hardware_concurrency();
+  return hw == 0 ? 1 : static_cast<int>(hw);
+}
+
+}  // namespace
+
+ThreadPool& ThreadPool::global() {
+  static ThreadPool pool(threads_from_environment());
+  return pool;
+}
+
+bool ThreadPool::in_task() { return t_in_task; }
+
+ThreadPool::ThreadPool(int num_threads) {
+  LUMINAL_CHECK(num_threads >= 1, "ThreadPool: thread count must be >= 1, got ", num_threads);
+  workers_.reserve(static_cast<size_t>(num_threads - 1));
+  for (int i = 1; i < num_threads; ++i) workers_.emplace_back([this] { worker_loop(); });
+}
+
+ThreadPool::~ThreadPool() {
+  {
+    std::lock_guard lock(mutex_);
+    stop_ = true;
+  }
+  wake_cv_.notify_all();
+  for (std::thread& t : workers_) t.join();
+}
+
+void ThreadPool::work_on_job() {
+  const bool was_in_task = t_in_task;
+  t_in_task = true;
+  for (;;) {
+    if (failed_.load(std::memory_order_relaxed)) break;
+    const int64_t b = next_.fetch_add(grain_, std::memory_order_relaxed);
+    if (b >= end_) break;
+    const int64_t e = end_ - b < grain_ ? end_ : b + grain_;
+    try {
+      fn_(ctx_, b, e);
+    } catch (...) {
+      std::lock_guard lock(error_mutex_);
+      if (!error_) error_ = std::current_exception();
+      failed_.store(true, std::memory_order_relaxed);
+    }
+  }
+  t_in_task = was_in_task;
+}
+
+void ThreadPool::worker_loop() {
+  uint64_t seen = 0;
+  for (;;) {
+    if (!spin_until([&] { return generation_.load(std::memory_order_acquire) != seen; })) {
+      std::unique_lock lock(mutex_);
+      wake_cv_.wait(lock, [&] { return stop_ || generation_.load(std::memory_order_acquire) != seen; });
+      if (stop_) return;
+    }
+    seen = generation_.load(std::memory_order_acquire);
+    work_on_job();
+    if (pending_workers_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+      std::lock_guard lock(mutex_);
+      done_cv_.notify_one();
+    }
+  }
+}
+
+void ThreadPool::run(int64_t begin, int64_t end, int64_t grain, ChunkFn fn, void* ctx) {
+  LUMINAL_CHECK(grain >= 1, "parallel_for: grain must be >= 1, got ", grain);
+  if (end <= begin) return;
+  // Nested calls, single chunks and single-thread pools run here: waking workers costs
+  // more than it saves, and a nested call must not wait on the workers running it.
+  if (t_in_task || workers_.empty() || end - begin <= grain) {
+    const bool was_in_task = t_in_task;
+    t_in_task = true;
+    try {
+      for (int64_t b = begin; b < end; b += grain) fn(ctx, b, end - b < grain ? end : b + grain);
+    } catch (...) {
+      t_in_task = was_in_task;
+      throw;
+    }
+    t_in_task = was_in_task;
+    return;
+  }
+  std::lock_guard submit(submit_mutex_);
+  fn_ = fn;
+  ctx_ = ctx;
+  end_ = end;
+  grain_ = grain;
+  next_.store(begin, std::memory_order_relaxed);
+  failed_.store(false, std::memory_order_relaxed);
+  error_ = nullptr;
+  pending_workers_.store(static_cast<int>(workers_.size()), std::memory_order_relaxed);
+  {
+    std::lock_guard lock(mutex_);
+    generation_.fetch_add(1, std::memory_order_release);
+  }
+  wake_cv_.notify_all();
+  work_on_job();
+  if (!spin_until([&] { return pending_workers_.load(std::memory_order_acquire) == 0; })) {
+    std::unique_lock lock(mutex_);
+    done_cv_.wait(lock, [&] { return pending_workers_.load(std::memory_order_acquire) == 0; });
+  }
+  if (error_) std::rethrow_exception(error_);
+}
+
+}  // namespace luminal::cpu

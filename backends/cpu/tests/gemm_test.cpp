@@ -1,0 +1,395 @@
+// gemm() and blas_gemm() against a double-precision reference, on every ISA this CPU
+// has: odd sizes, transposed and strided operands, batches (broadcast too), bias, every
+// epilogue, F16/BF16 weights, and non-finite values.
+#include "luminal/cpu/gemm.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "luminal/cpu/blas_gemm.hpp"
+#include "luminal/cpu/thread_pool.hpp"
+#include "luminal/error.hpp"
+
+using namespace luminal;
+using namespace luminal::cpu;
+
+namespace {
+
+// ---- independent half-precision codecs (round to nearest even) ----
+uint32_t bits_of(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+uint16_t to_bf16(float f) {
+  const uint32_t u = bits_of(f);
+  return static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+double from_bf16(uint16_t h) {
+  const uint32_t u = uint32_t{h} << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+uint16_t to_f16(float f) {
+  // Only finite values in the normal and subnormal f16 range are generated.
+  const double v = std::fabs(static_cast<double>(f));
+  const uint16_t sign = std::signbit(f) ? 0x8000 : 0;
+  if (v == 0) return sign;
+  int e = std::ilogb(v);  // v = m * 2^e, 1 <= m < 2
+  if (e < -14) e = -14;   // subnormal: fixed exponent
+  const double scaled = std::nearbyint(std::ldexp(v, 10 - e));  // 10 fraction bits (ties to even)
+  uint32_t mant = static_cast<uint32_t>(scaled);
+  if (mant >= 2048) {  // rounding carried into the next binade
+    mant >>= 1;
+    ++e;
+  }
+  if (mant < 1024) return static_cast<uint16_t>(sign | mant);  // subnormal
+  return static_cast<uint16_t>(sign | ((e + 15) << 10) | (mant - 1024));
+}
+double from_f16(uint16_t h) {
+  const int e = (h >> 10) & 31, mant = h & 1023;
+  const double magnitude = e == 0 ? std::ldexp(mant, -24) : std::ldexp(1024 + mant, e - 25);
+  return (h & 0x8000) ? -magnitude : magnitude;
+}
+
+double activation(double x, Epilogue e) {
+  switch (e) {
+    case Epilogue::None: return x;
+    case Epilogue::Relu: return x < 0 ? 0 : x;
+    case Epilogue::GeluTanh: return 0.5 * x * (1 + std::tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)));
+    case Epilogue::GeluErf: return 0.5 * x * (1 + std::erf(x / std::sqrt(2.0)));
+    case Epilogue::Silu: return x / (1 + std::exp(-x));
+  }
+  return x;
+}
+
+struct Case {
+  int64_t m, n, k, batch = 1;
+  bool trans_a = false, trans_b = false;
+  int64_t pad = 0;  // extra elements per row of every operand (strided views)
+  DType b_dtype = DType::F32;
+  bool a_broadcast = false, b_broadcast = false;
+  bool bias = false;
+  Epilogue epilogue = Epilogue::None;
+};
+
+std::string describe(const Case& c) {
+  std::ostringstream os;
+  os << c.m << "x" << c.n << "x" << c.k << " batch " << c.batch << (c.trans_a ? " A^T" : "") << (c.trans_b ? " B^T" : "")
+     << " pad " << c.pad << " " << dtype_name(c.b_dtype) << (c.a_broadcast ? " bcastA" : "")
+     << (c.b_broadcast ? " bcastB" : "") << (c.bias ? " bias " : " ") << epilogue_name(c.epilogue);
+  return os.str();
+}
+
+// Operands of a case in memory, plus everything the reference needs.
+struct Problem {
+  Case c;
+  std::vector<float> a, bias, out;
+  std::vector<float> b_f32;
+  std::vector<uint16_t> b_half;
+  GemmArgs args;
+
+  double a_at(int64_t batch, int64_t i, int64_t p) const {
+    return a[static_cast<size_t>(batch * args.a_batch_stride + i * args.a_row_stride + p * args.a_col_stride)];
+  }
+  double b_at(int64_t batch, int64_t p, int64_t j) const {
+    const size_t idx = static_cast<size_t>(batch * args.b_batch_stride + p * args.b_row_stride + j * args.b_col_stride);
+    switch (c.b_dtype) {
+      case DType::F16: return from_f16(b_half[idx]);
+      case DType::BF16: return from_bf16(b_half[idx]);
+      default: return b_f32[idx];
+    }
+  }
+};
+
+Problem make_problem(const Case& c, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> uni(-1.f, 1.f);
+  auto value = [&] {
+    const int kind = std::uniform_int_distribution<int>(0, 19)(rng);
+    return kind == 0 ? 0.f : kind == 1 ? -0.f : kind == 2 ? 3.5f : uni(rng) * (kind == 3 ? 8.f : 1.f);
+  };
+  Problem pr;
+  pr.c = c;
+  GemmArgs& g = pr.args;
+  g.m = c.m, g.n = c.n, g.k = c.k, g.batch = c.batch;
+  // A (m x k): row-major rows of k + pad, or stored transposed (k rows of m + pad).
+  const int64_t a_rows = c.trans_a ? c.k : c.m, a_cols = c.trans_a ? c.m : c.k;
+  const int64_t a_ld = a_cols + c.pad;
+  const int64_t a_batch = a_rows * a_ld + c.pad;
+  g.a_row_stride = c.trans_a ? 1 : a_ld;
+  g.a_col_stride = c.trans_a ? a_ld : 1;
+  g.a_batch_stride = c.a_broadcast ? 0 : a_batch;
+  pr.a.resize(static_cast<size_t>((c.a_broadcast ? 1 : c.batch) * a_batch));
+  for (float& x : pr.a) x = value();
+  const int64_t b_rows = c.trans_b ? c.n : c.k, b_cols = c.trans_b ? c.k : c.n;
+  const int64_t b_ld = b_cols + c.pad;
+  const int64_t b_batch = b_rows * b_ld + c.pad;
+  g.b_row_stride = c.trans_b ? 1 : b_ld;
+  g.b_col_stride = c.trans_b ? b_ld : 1;
+  g.b_batch_stride = c.b_broadcast ? 0 : b_batch;
+  g.b_dtype = c.b_dtype;
+  const size_t b_size = static_cast<size_t>((c.b_broadcast ? 1 : c.batch) * b_batch);
+  if (c.b_dtype == DType::F32) {
+    pr.b_f32.resize(b_size);
+    for (float& x : pr.b_f32) x = value();
+  } else {
+    pr.b_half.resize(b_size);
+    for (uint16_t& x : pr.b_half) x = c.b_dtype == DType::F16 ? to_f16(value()) : to_bf16(value());
+  }
+  g.c_row_stride = c.n + c.pad;
+  g.c_batch_stride = c.m * g.c_row_stride + c.pad;
+  pr.out.assign(static_cast<size_t>(c.batch * g.c_batch_stride), std::numeric_limits<float>::quiet_NaN());
+  if (c.bias) {
+    pr.bias.resize(static_cast<size_t>(c.n));
+    for (float& x : pr.bias) x = value();
+    g.bias = pr.bias.data();
+  }
+  g.epilogue = c.epilogue;
+  g.a = pr.a.data();
+  g.b = c.b_dtype == DType::F32 ? static_cast<const void*>(pr.b_f32.data()) : pr.b_half.data();
+  g.c = pr.out.data();
+  return pr;
+}
+
+// Runs `run` on fresh output and checks it against the reference; padding stays NaN
+// (untouched).
+void check(Problem& pr, const std::function<void(const GemmArgs&)>& run, const std::string& what) {
+  std::fill(pr.out.begin(), pr.out.end(), std::numeric_limits<float>::quiet_NaN());
+  run(pr.args);
+  const GemmArgs& g = pr.args;
+  std::vector<bool> written(pr.out.size(), false);
+  for (int64_t b = 0; b < g.batch; ++b) {
+    for (int64_t i = 0; i < g.m; ++i) {
+      for (int64_t j = 0; j < g.n; ++j) {
+        double sum = 0, magnitude = 0;
+        for (int64_t p = 0; p < g.k; ++p) {
+          const double term = pr.a_at(b, i, p) * pr.b_at(b, p, j);
+          sum += term;
+          magnitude += std::fabs(term);
+        }
+        if (g.bias) sum += g.bias[j];
+        const double expected = activation(sum, g.epilogue);
+        const size_t idx = static_cast<size_t>(b * g.c_batch_stride + i * g.c_row_stride + j);
+        written[idx] = true;
+        const double tolerance = (2e-6 * static_cast<double>(g.k) + 2e-6) * (magnitude + std::fabs(sum) + 1);
+        const double got = pr.out[idx];
+        if (!(std::fabs(got - expected) <= tolerance)) {
+          ADD_FAILURE() << what << " " << describe(pr.c) << ": C[" << b << "][" << i << "][" << j << "] = " << got
+                        << ", expected " << expected;
+          return;
+        }
+      }
+    }
+  }
+  for (size_t idx = 0; idx < pr.out.size(); ++idx) {
+    if (!written[idx] && !std::isnan(pr.out[idx])) {
+      ADD_FAILURE() << what << " " << describe(pr.c) << ": wrote outside C at " << idx;
+      return;
+    }
+  }
+}
+
+std::vector<Isa> supported_isas() {
+  std::vector<Isa> isas;
+  for (Isa isa : {Isa::Generic, Isa::Avx2, Isa::Avx512}) {
+    if (isa_supported(isa)) isas.push_back(isa);
+  }
+  return isas;
+}
+
+// Runs every case on every ISA (and through OpenBLAS where it applies).
+void check_cases(const std::vector<Case>& cases) {
+  const Isa saved = active_isa();
+  uint32_t seed = 1;
+  for (const Case& c : cases) {
+    Problem pr = make_problem(c, seed++);
+    for (Isa isa : supported_isas()) {
+      pin_isa(isa);
+      check(pr, gemm, std::string("gemm/") + std::string(isa_name(isa)));
+    }
+    if (blas_supports(pr.args)) check(pr, [](const GemmArgs& g) { EXPECT_TRUE(blas_gemm(g)); }, "blas_gemm");
+    if (testing::Test::HasFailure()) break;
+  }
+  pin_isa(saved);
+}
+
+}  // namespace
+
+TEST(CpuGemm, OddSizesPlain) {
+  std::vector<Case> cases;
+  const int64_t sizes[] = {1, 3, 17, 63, 65, 129};
+  for (int64_t m : sizes) {
+    for (int64_t n : sizes) {
+      cases.push_back({m, n, (m * 7 + n) % 129 + 1});
+    }
+  }
+  cases.push_back({200, 300, 600});  // several depth blocks, edge tiles both ways
+  check_cases(cases);
+}
+
+TEST(CpuGemm, TransposedAndStridedOperands) {
+  std::vector<Case> cases;
+  for (int64_t m : {1, 2, 5, 65}) {
+    for (bool ta : {false, true}) {
+      for (bool tb : {false, true}) {
+        for (int64_t pad : {0, 3}) {
+          Case c{m, 47, 129};
+          c.trans_a = ta, c.trans_b = tb, c.pad = pad;
+          cases.push_back(c);
+        }
+      }
+    }
+  }
+  check_cases(cases);
+}
+
+TEST(CpuGemm, BatchedAndBroadcastBatches) {
+  std::vector<Case> cases;
+  for (int64_t m : {1, 3, 33}) {
+    Case c{m, 40, 70, 3};
+    cases.push_back(c);
+    c.b_broadcast = true;  // one weight for every batch
+    cases.push_back(c);
+    c.b_broadcast = false;
+    c.a_broadcast = true;
+    c.trans_b = true;
+    cases.push_back(c);
+  }
+  check_cases(cases);
+}
+
+TEST(CpuGemm, BiasAndEveryEpilogue) {
+  std::vector<Case> cases;
+  for (Epilogue e : {Epilogue::None, Epilogue::Relu, Epilogue::GeluTanh, Epilogue::GeluErf, Epilogue::Silu}) {
+    for (int64_t m : {1, 4, 37}) {
+      Case c{m, 45, 33};
+      c.epilogue = e;
+      c.bias = m != 4;
+      cases.push_back(c);
+    }
+  }
+  check_cases(cases);
+}
+
+TEST(CpuGemm, HalfPrecisionWeights) {
+  std::vector<Case> cases;
+  for (DType dt : {DType::F16, DType::BF16}) {
+    for (int64_t m : {1, 3, 7, 64}) {
+      for (bool tb : {false, true}) {
+        Case c{m, 70, 300};
+        c.b_dtype = dt, c.trans_b = tb, c.pad = m == 3 ? 2 : 0, c.bias = true, c.epilogue = Epilogue::Silu;
+        cases.push_back(c);
+      }
+    }
+    Case batched{5, 33, 65, 2};
+    batched.b_dtype = dt, batched.b_broadcast = true;
+    cases.push_back(batched);
+  }
+  check_cases(cases);
+}
+
+TEST(CpuGemm, EmptyDepthGivesTheEpilogueOfTheBias) {
+  std::vector<float> c(6, 7.f), bias = {-1.f, 0.5f, 2.f};
+  for (Isa isa : supported_isas()) {
+    pin_isa(isa);
+    GemmArgs g = GemmArgs::row_major(2, 3, 0, nullptr, nullptr, c.data());
+    g.bias = bias.data();
+    g.epilogue = Epilogue::Relu;
+    gemm(g);
+    EXPECT_EQ(c, (std::vector<float>{0.f, 0.5f, 2.f, 0.f, 0.5f, 2.f}));
+  }
+  pin_isa(best_isa());
+}
+
+TEST(CpuGemm, NonFiniteValuesPropagate) {
+  // A NaN in row 1 of A poisons row 1 of C only; an inf in column 2 of B gives +-inf or
+  // NaN (inf * 0) in column 2 exactly as IEEE says.
+  for (int64_t m : {1, 20}) {
+    for (Isa isa : supported_isas()) {
+      pin_isa(isa);
+      const int64_t n = 40, k = 9;
+      std::vector<float> a(static_cast<size_t>(m * k)), b(static_cast<size_t>(k * n)), c(static_cast<size_t>(m * n));
+      for (size_t i = 0; i < a.size(); ++i) a[i] = 0.25f * static_cast<float>(i % 7) + 0.5f;
+      for (size_t i = 0; i < b.size(); ++i) b[i] = -0.125f * static_cast<float>(i % 5) - 0.25f;
+      if (m > 1) a[static_cast<size_t>(1 * k + 4)] = std::numeric_limits<float>::quiet_NaN();
+      b[static_cast<size_t>(3 * n + 2)] = std::numeric_limits<float>::infinity();
+      gemm(GemmArgs::row_major(m, n, k, a.data(), b.data(), c.data()));
+      for (int64_t i = 0; i < m; ++i) {
+        for (int64_t j = 0; j < n; ++j) {
+          const float v = c[static_cast<size_t>(i * n + j)];
+          if (i == 1) {
+            EXPECT_TRUE(std::isnan(v)) << isa_name(isa) << " C[1][" << j << "]";
+          } else if (j == 2) {
+            EXPECT_EQ(v, std::numeric_limits<float>::infinity()) << isa_name(isa) << " C[" << i << "][2]";
+          } else {
+            EXPECT_TRUE(std::isfinite(v) && v < 0) << isa_name(isa) << " C[" << i << "][" << j << "] = " << v;
+          }
+        }
+      }
+    }
+  }
+  pin_isa(best_isa());
+}
+
+TEST(CpuGemm, RejectsBadArguments) {
+  std::vector<float> a(4), b(4), c(4);
+  GemmArgs g = GemmArgs::row_major(2, 2, 2, a.data(), b.data(), c.data());
+  g.b_dtype = DType::I32;
+  EXPECT_THROW(gemm(g), Error);
+  g = GemmArgs::row_major(2, 2, 2, a.data(), b.data(), c.data());
+  g.c_row_stride = 1;
+  EXPECT_THROW(gemm(g), Error);
+  g = GemmArgs::row_major(-1, 2, 2, a.data(), b.data(), c.data());
+  EXPECT_THROW(gemm(g), Error);
+  g = GemmArgs::row_major(2, 2, 2, nullptr, b.data(), c.data());
+  EXPECT_THROW(gemm(g), Error);
+  g = GemmArgs::row_major(2, 2, 2, a.data(), b.data(), c.data());
+  g.batch = 2;
+  g.c_batch_stride = 2;
+  EXPECT_THROW(gemm(g), Error);
+}
+
+TEST(CpuGemm, BlasDeclinesWhatItCannotDoAndRefusesPoolTasks) {
+  std::vector<float> a(16, 1.f), c(16);
+  std::vector<uint16_t> b(16, to_bf16(1.f));
+  GemmArgs g = GemmArgs::row_major(4, 4, 4, a.data(), b.data(), c.data(), DType::BF16);
+  EXPECT_FALSE(blas_supports(g));
+  EXPECT_FALSE(blas_gemm(g));
+  std::vector<float> bf(16, 1.f);
+  g = GemmArgs::row_major(4, 4, 4, a.data(), bf.data(), c.data());
+  g.a_row_stride = 8, g.a_col_stride = 2;  // no unit stride: not expressible as lda
+  EXPECT_FALSE(blas_supports(g));
+  g = GemmArgs::row_major(4, 4, 4, a.data(), bf.data(), c.data());
+  EXPECT_TRUE(blas_gemm(g));
+  EXPECT_EQ(c[5], 4.f);
+  EXPECT_EQ(blas_threads(), ThreadPool::global().num_threads());
+  ThreadPool pool(2);
+  std::atomic<int> refused{0};
+  pool.parallel_for(0, 2, 1, [&](int64_t, int64_t) {
+    try {
+      blas_gemm(g);
+    } catch (const Error&) {
+      ++refused;
+    }
+  });
+  EXPECT_EQ(refused.load(), 2);
+}
+
+TEST(CpuGemm, PinIsaRejectsWhatTheCpuLacks) {
+  for (Isa isa : {Isa::Generic, Isa::Avx2, Isa::Avx512}) {
+    if (isa_supported(isa)) {
+      EXPECT_NO_THROW(pin_isa(isa));
+      EXPECT_EQ(active_isa(), isa);
+    } else {
+      EXPECT_THROW(pin_isa(isa), Error);
+    }
+  }
+  pin_isa(best_isa());
+}
