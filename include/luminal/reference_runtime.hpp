@@ -36,7 +36,7 @@ class ReferenceRuntime : public Runtime {
   // A backend op that a subclass's rule files declare: computed from its inputs, each
   // read through its view into a contiguous tensor. The base knows only its own ops.
   virtual HostTensor run_backend_op(const Node& op, std::span<const HostTensor> inputs,
-                                    const std::vector<int64_t>& out_shape) const;
+                                    const std::vector<int64_t>& out_shape, const DimMap& dims) const;
 
  private:
   std::unique_ptr<State> state_;

@@ -475,7 +475,7 @@ Buffer ReferenceRuntime::State::eval_node(NodeId id, const DimMap& dims) {
           });
           ins.push_back(to_host(c, views[k].sizes));
         }
-        HostTensor r = n.op == OpKind::BackendOp ? self->run_backend_op(n, ins, out_sizes)
+        HostTensor r = n.op == OpKind::BackendOp ? self->run_backend_op(n, ins, out_sizes, dims)
                                                  : n.custom->execute_reference(ins, out_sizes, n.dtype);
         LUMINAL_CHECK(r.numel() == static_cast<size_t>(out_numel) && r.dtype == n.dtype,
                       n.op == OpKind::BackendOp ? "backend op '" + n.backend->name : "custom op '" + n.label,
@@ -488,7 +488,8 @@ Buffer ReferenceRuntime::State::eval_node(NodeId id, const DimMap& dims) {
   return out;
 }
 
-HostTensor ReferenceRuntime::run_backend_op(const Node& n, std::span<const HostTensor>, const std::vector<int64_t>&) const {
+HostTensor ReferenceRuntime::run_backend_op(const Node& n, std::span<const HostTensor>, const std::vector<int64_t>&,
+                                            const DimMap&) const {
   fail("reference runtime: backend op '", n.backend->name, "' is not one of its own ops (was the program extracted for another backend?)");
 }
 

@@ -196,6 +196,12 @@ void register_view_primitives(EGraph& g) {
     if (!v) return std::nullopt;
     return Value::expr_list(v->shape());
   });
+  // (contiguous-view ?shape): a row-major view of a buffer of exactly ?shape.
+  g.register_primitive("contiguous-view", [](std::span<const Value> a) -> std::optional<Value> {
+    if (a.size() != 1 || a[0].kind() != ValueKind::ExprList) return std::nullopt;
+    auto s = a[0].as_expr_list();
+    return encode_view(ShapeTracker::contiguous(Shape(s.begin(), s.end())));
+  });
   // (list-len ?l) and (list-get ?l i): length and element of an ExprList (a shape).
   g.register_primitive("list-len", [](std::span<const Value> a) -> std::optional<Value> {
     if (a.size() != 1 || a[0].kind() != ValueKind::ExprList) return std::nullopt;

@@ -57,9 +57,9 @@ class FusedTestRuntime : public ReferenceRuntime {
   int fused_loads() const { return *fused_loads_; }
 
  protected:
-  HostTensor run_backend_op(const Node& n, std::span<const HostTensor> in,
-                            const std::vector<int64_t>& shape) const override {
-    if (n.backend->name != "ScaledExp2") return ReferenceRuntime::run_backend_op(n, in, shape);
+  HostTensor run_backend_op(const Node& n, std::span<const HostTensor> in, const std::vector<int64_t>& shape,
+                            const DimMap& dims) const override {
+    if (n.backend->name != "ScaledExp2") return ReferenceRuntime::run_backend_op(n, in, shape, dims);
     std::vector<float> x = in[0].to_f32(), y(x.size());
     float c = static_cast<float>(n.backend->f64(0));
     for (int w = 0; w < work_; ++w)

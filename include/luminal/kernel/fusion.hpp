@@ -1,0 +1,32 @@
+// Fusion rules, generated from the op categories of ops.def: a new primitive needs no
+// new fusion rule. They put (Fused dtype shape region inputs) next to every elementwise
+// op and reduction, and grow it over its producers: elementwise chains, and a reduction
+// with its producers and consumers (softmax, norms). `region` is a serialized
+// kernel::Region; `inputs` lists the region's external inputs (read contiguously: the
+// region applies the views itself). A fusion that cannot be lowered to one kernel is
+// never built (the `fuse-op` guard fails).
+#pragma once
+
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "luminal/kernel/kernel.hpp"
+
+namespace luminal::egraph { class EGraph; }
+
+namespace luminal::kernel {
+
+// Rule-file text: declares the backend op `Fused` and the rule set `ruleset`.
+std::string fusion_rules(std::string_view ruleset = "fuse");
+// Writes fusion_rules() to a file (once per process and text) and returns its path, for
+// Runtime::rule_files().
+std::string fusion_rule_file(std::string_view ruleset = "fuse");
+// The host primitive the rules call: (fuse-op "Op" dtype shape axis [region dtype shape view]...)
+// -> the fused region's serialization; region "" is a fresh input.
+void register_fusion_primitives(egraph::EGraph& eg);
+
+// The region of a `Fused` backend op node (parsed once per distinct string).
+std::shared_ptr<const Region> fused_region(const Node& fused);
+
+}  // namespace luminal::kernel
