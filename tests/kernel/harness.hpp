@@ -133,6 +133,13 @@ inline std::string compare(const HostTensor& got, const HostTensor& want) {
   return "";
 }
 
+// (Built with append: GCC 12 warns falsely on "literal" + std::string.)
+inline std::string kernel_name(size_t i) {
+  std::string s = "k";
+  s.append(std::to_string(i));
+  return s;
+}
+
 inline bool nvrtc_required() {
   const char* allow = std::getenv("LUMINAL_ALLOW_NO_NVRTC");
   return !(allow && std::string(allow) == "1");
@@ -164,7 +171,7 @@ class Batch {
     for (size_t i = 0; i < cases_.size(); ++i) {
       auto k = lower(cases_[i].region);
       ASSERT_TRUE(k.has_value()) << cases_[i].name << ": lower refused";
-      std::string name = "k" + std::to_string(i);
+      std::string name = kernel_name(i);
       std::string src = emit_cpp(*k, name);
       ASSERT_EQ(src, emit_cpp(*lower(cases_[i].region), name)) << cases_[i].name << ": emission is not deterministic";
       cpp[i % chunks] += src;
@@ -173,8 +180,11 @@ class Batch {
     }
     auto libs = compiler.compile_batch(cpp);
     for (size_t i = 0; i < cases_.size(); ++i) {
-      SCOPED_TRACE(cases_[i].name + "\n" + to_string(kernels[i]));
-      run_case(cases_[i], kernels[i], *libs[i % chunks], "k" + std::to_string(i));
+      std::string trace = cases_[i].name;
+      trace += '\n';
+      trace += to_string(kernels[i]);
+      SCOPED_TRACE(trace);
+      run_case(cases_[i], kernels[i], *libs[i % chunks], kernel_name(i));
     }
     check_cuda(cuda_sources);
   }
