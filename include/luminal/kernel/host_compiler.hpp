@@ -1,0 +1,73 @@
+// Compiles C++ source to a shared object with the system compiler and loads it.
+//
+// Cached in memory and on disk ($LUMINAL_CACHE_DIR, default ~/.cache/luminal/kernels),
+// keyed by a hash of source + compiler + flags. Files are written under a temporary
+// name and renamed, so concurrent processes sharing the directory are safe.
+#pragma once
+
+#include <atomic>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace luminal::kernel {
+
+// A loaded shared object; dlclose'd when the last reference goes.
+class SharedLibrary {
+ public:
+  SharedLibrary(void* handle, std::filesystem::path path) : handle_(handle), path_(std::move(path)) {}
+  ~SharedLibrary();
+  SharedLibrary(const SharedLibrary&) = delete;
+  SharedLibrary& operator=(const SharedLibrary&) = delete;
+  // The address of `name`; throws luminal::Error when the library lacks it.
+  void* symbol(std::string_view name) const;
+  template <class Fn>
+  Fn* function(std::string_view name) const {
+    return reinterpret_cast<Fn*>(symbol(name));
+  }
+  const std::filesystem::path& path() const { return path_; }
+
+ private:
+  void* handle_;
+  std::filesystem::path path_;
+};
+
+struct HostCompilerOptions {
+  std::string compiler = "c++";
+  // The one place the flags live.
+  std::vector<std::string> flags = {"-O3", "-march=native", "-fPIC", "-shared", "-std=c++17", "-ffp-contract=off",
+                                    "-fno-math-errno", "-w"};
+  std::filesystem::path cache_dir;  // empty: $LUMINAL_CACHE_DIR or ~/.cache/luminal/kernels
+};
+
+class HostCompiler {
+ public:
+  explicit HostCompiler(HostCompilerOptions options = {});
+
+  // Compile (or find in a cache) and load. A compile error throws luminal::Error with
+  // the compiler's message and the first lines of the source.
+  std::shared_ptr<const SharedLibrary> compile(const std::string& source);
+  // The same for many sources, compiled in parallel by a few threads.
+  std::vector<std::shared_ptr<const SharedLibrary>> compile_batch(const std::vector<std::string>& sources);
+
+  // The cache key: a hex hash of source + compiler + flags.
+  std::string key(const std::string& source) const;
+  const std::filesystem::path& cache_dir() const { return cache_dir_; }
+  // How many times this object ran the compiler (cache misses).
+  int compiler_invocations() const { return invocations_.load(); }
+  static std::filesystem::path default_cache_dir();
+
+ private:
+  std::filesystem::path build(const std::string& source, const std::string& key);
+  HostCompilerOptions options_;
+  std::filesystem::path cache_dir_;
+  std::mutex mutex_;
+  std::map<std::string, std::shared_ptr<const SharedLibrary>> loaded_;
+  std::atomic<int> invocations_{0};
+};
+
+}  // namespace luminal::kernel

@@ -1,0 +1,129 @@
+// The kernel IR shared by backends (docs/KERNEL_IR.md).
+//
+// A Region is a fused piece of HLIR: a small Graph whose Input nodes are the region's
+// external inputs and whose single Output node is its result. `lower` turns it into a
+// Kernel: a loop nest over index Expressions (rows x cols, reductions as inner loops
+// with accumulators), built from typed statements. Emitters render a Kernel as C++ or
+// CUDA C from one base emitter and a dialect table; text exists only at render time.
+#pragma once
+
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "luminal/graph.hpp"
+
+namespace luminal::kernel {
+
+// A fused region. Its Input nodes, in creation order, are the external inputs (in0,
+// in1, ...); exactly one Output node is the result. Internal edges carry views.
+struct Region {
+  Graph graph;
+};
+
+// Deterministic, compact, one line (used as a String attribute in the e-graph).
+std::string serialize(const Region& region);
+// The inverse of serialize; malformed text throws luminal::Error.
+Region parse_region(std::string_view text);
+
+// One operand of a fusion step: an existing region (its result is the operand) or,
+// when `region` is null, a fresh external input of `dtype` and `shape`.
+// `view` is how the new op reads the operand.
+struct FuseOperand {
+  const Region* region = nullptr;
+  DType dtype = DType::F32;
+  Shape shape;
+  ShapeTracker view;
+};
+
+// The region applying `op` (a Node used as a template: op, dtype, shape, axis,
+// constant, iota_expr; its inputs are ignored) to `operands`. The new region's inputs
+// are, in operand order, the operand region's inputs or the fresh input.
+// nullopt when the result cannot be lowered to one kernel (see `lower`).
+std::optional<Region> fuse(const Node& op, std::span<const FuseOperand> operands);
+// The same with every operand a fresh input (regions in operands are ignored).
+std::optional<Region> singleton(const Node& op, std::span<const FuseOperand> operands);
+
+// ---- the loop-nest IR ----
+
+enum class StmtKind : uint8_t {
+  Load,      // value = guard ? buffer[index] : 0
+  Constant,  // value = constant (rounded to dtype)
+  Index,     // value = index (an int64 Expression), converted to dtype
+  Alu,       // value = op(args) for a Unary/Binary primitive (not Cast)
+  Cast,      // value = args[0] converted to dtype (docs/OPS_SEMANTICS.md rules)
+  Select,    // value = index ? args[0] : 0 (reads through a padded view)
+  Bound,     // int64 value = args[0]; when guard holds and it is outside [0, index): error, value 0
+  Reduce,    // value = op (SumReduce/MaxReduce) over loop var r<loop> in [0, index) of args[0], computed by body
+  Store,     // buffer[index] = args[0]
+};
+
+struct Stmt {
+  StmtKind kind = StmtKind::Load;
+  int value = -1;            // the value defined (v<value>); -1 for Store
+  DType dtype = DType::F32;  // dtype of the value (Store: of the buffer)
+  OpKind op = OpKind::Add;   // Alu: the primitive; Reduce: SumReduce or MaxReduce
+  std::vector<int> args;     // operand values
+  int buffer = -1;           // Load/Store: buffer slot (inputs in region order, then the output)
+  Expression index = 0;      // Load/Store: element; Index: the value; Select: the condition; Reduce: extent; Bound: exclusive bound
+  Expression guard = 1;      // Load: read only when nonzero; Alu (integer Mod) / Bound: report errors only when nonzero
+  double constant = 0;       // Constant: the value; Bound: the KernelError code
+  int loop = -1;             // Reduce: its loop variable r<loop>
+  std::vector<Stmt> body;    // Reduce: statements run per iteration; args[0] is defined there
+};
+
+// Loop variables inside index Expressions are the reserved names "$row", "$col",
+// "$r<k>" (reduction loops) and "$v<id>" (an integer value, e.g. a gathered index);
+// every other variable is a dynamic dim, read at run time from the dims array.
+inline constexpr std::string_view kRowVar = "$row";
+inline constexpr std::string_view kColVar = "$col";
+
+// One pass over the output: for each row, `row_body` (per-row reductions, kept in
+// locals) then, for each col, `col_body` (ends with the Store).
+struct Phase {
+  Expression rows = 1;
+  Expression cols = 1;
+  std::vector<Stmt> row_body;
+  std::vector<Stmt> col_body;
+};
+
+enum class Geometry : uint8_t {
+  Elementwise,  // CUDA: one thread per (row, col); cols == 1
+  WarpPerRow,   // CUDA: a warp per row; lanes split top-level reductions and the cols
+  SingleBlock,  // CUDA: one block runs the phases in order (Scatter); C++: extent 1
+};
+
+// Error codes written to the error slot (an int32; the caller zeroes it).
+enum class KernelError : int32_t { None = 0, IntegerModByZero = 1, GatherOutOfRange = 2, ScatterOutOfRange = 3 };
+
+struct Kernel {
+  std::vector<DType> inputs;            // buffer slots 0..n-1
+  DType output = DType::F32;            // slot n
+  Expression output_numel = 1;
+  std::vector<std::string> dim_names;   // sorted; the order of the dims array
+  std::vector<Phase> phases;            // run in order (more than one only for Scatter)
+  Geometry geometry = Geometry::Elementwise;
+  // C++: the entry point runs outer iterations [begin, end) of [0, extent).
+  Expression extent = 1;
+  // CUDA launch: grid_x blocks of block_x threads (one dim), dims passed at launch.
+  Expression grid_x = 1;
+  int block_x = 256;
+  size_t output_slot() const { return inputs.size(); }
+  size_t error_slot() const { return inputs.size() + 1; }  // C++ buffers[] slot of the int32 error flag
+};
+
+// nullopt when the region cannot be one kernel without unbounded recomputation
+// (a reduction needed per element, or recomputed for several rows), or holds an op no
+// kernel computes (CustomOp, a Scatter that is not the result).
+std::optional<Kernel> lower(const Region& region);
+std::string to_string(const Kernel& kernel);
+
+// C++: extern "C" void NAME(void* const* buffers, const int64_t* dims, int64_t begin, int64_t end)
+//      extern "C" int64_t NAME_extent(const int64_t* dims)
+std::string emit_cpp(const Kernel& kernel, std::string_view name);
+// CUDA C: extern "C" __global__ void NAME(const T0* in0, ..., TO* out, int* err, const long long* dims)
+std::string emit_cuda(const Kernel& kernel, std::string_view name);
+
+}  // namespace luminal::kernel

@@ -1,0 +1,446 @@
+// Rendering a Kernel as C++ or CUDA C: one emitter, two dialect tables.
+//
+// Everything that is the same in both languages (statement rendering, value types,
+// op spellings, numeric helpers) lives in the base; a Dialect holds the spellings that
+// differ (qualifiers, bit casts, infinities, the entry point and loop headers).
+#include <cctype>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <functional>
+#include <sstream>
+
+#include "luminal/error.hpp"
+#include "luminal/kernel/kernel.hpp"
+
+namespace luminal::kernel {
+namespace {
+
+struct Dialect {
+  std::string_view includes;   // before anything else
+  std::string_view fn;         // qualifier of helper functions
+  std::string_view f2u, u2f;   // float <-> uint32 bit casts (function names)
+  std::string_view inf_f, nan_f, inf_d, nan_d;
+  std::string_view warp_helpers;  // lane reductions (CUDA only)
+  bool lanes = false;          // a warp shares one row: top-level reductions and cols stride by 32
+  bool cuda = false;
+};
+
+constexpr Dialect kCpp{
+    "#include <math.h>\n#include <stdint.h>\n",
+    "static inline",
+    "lm_f2u_", "lm_u2f_",
+    "__builtin_inff()", "__builtin_nanf(\"\")", "__builtin_inf()", "__builtin_nan(\"\")",
+    "",
+    false,
+    false,
+};
+
+constexpr Dialect kCuda{
+    "",
+    "static __device__ __forceinline__",
+    "__float_as_uint", "__uint_as_float",
+    "__int_as_float(0x7f800000)", "__int_as_float(0x7fffffff)", "__longlong_as_double(0x7ff0000000000000LL)",
+    "__longlong_as_double(0x7fffffffffffffffLL)",
+    R"(LM_FN double lm_lane_sum(double a) { for (int o = 16; o > 0; o >>= 1) a += __shfl_xor_sync(0xffffffffu, a, o); return a; }
+LM_FN long long lm_lane_sum(long long a) { for (int o = 16; o > 0; o >>= 1) a = (long long)((unsigned long long)a + (unsigned long long)__shfl_xor_sync(0xffffffffu, a, o)); return a; }
+LM_FN float lm_lane_max(float a) { for (int o = 16; o > 0; o >>= 1) a = lm_rmax(a, __shfl_xor_sync(0xffffffffu, a, o)); return a; }
+LM_FN double lm_lane_max(double a) { for (int o = 16; o > 0; o >>= 1) a = lm_rmax(a, __shfl_xor_sync(0xffffffffu, a, o)); return a; }
+LM_FN long long lm_lane_max(long long a) { for (int o = 16; o > 0; o >>= 1) a = lm_rmax(a, __shfl_xor_sync(0xffffffffu, a, o)); return a; }
+)",
+    true,
+    true,
+};
+
+// Helpers shared by both dialects (LM_FN, LM_F2U, LM_U2F, LM_INF* come from the dialect).
+constexpr std::string_view kHelpers = R"(/* 16-bit floats: storage bits <-> float, round to nearest even. */
+LM_FN float lm_f16_to_f32(unsigned short h) {
+  unsigned sign = (unsigned)(h & 0x8000u) << 16, exp = (h >> 10) & 0x1fu, mant = h & 0x3ffu;
+  if (exp == 0) { float v = (float)mant * 5.9604644775390625e-8f; return sign ? -v : v; }
+  if (exp == 31) return LM_U2F(sign | 0x7f800000u | (mant << 13));
+  return LM_U2F(sign | ((exp + 112u) << 23) | (mant << 13));
+}
+LM_FN unsigned short lm_f32_to_f16(float f) {
+  unsigned u = LM_F2U(f), sign = (u >> 16) & 0x8000u, a = u & 0x7fffffffu;
+  if (a > 0x7f800000u) return (unsigned short)(sign | 0x7e00u);
+  if (a >= 0x477ff000u) return (unsigned short)(sign | 0x7c00u);
+  if (a < 0x38800000u) return (unsigned short)(sign | (unsigned)rintf(LM_U2F(a) * 16777216.0f));
+  unsigned r = a - 0x38000000u;
+  return (unsigned short)(sign | ((r + 0xfffu + ((r >> 13) & 1u)) >> 13));
+}
+LM_FN float lm_bf16_to_f32(unsigned short h) { return LM_U2F((unsigned)h << 16); }
+LM_FN unsigned short lm_f32_to_bf16(float f) {
+  unsigned u = LM_F2U(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((u >> 16) | 0x40u);
+  return (unsigned short)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+LM_FN float lm_round_f16(float x) { return lm_f16_to_f32(lm_f32_to_f16(x)); }
+LM_FN float lm_round_bf16(float x) { return lm_bf16_to_f32(lm_f32_to_bf16(x)); }
+/* Floor modulo (sign of the divisor); integer modulo by zero reports an error and gives 0. */
+LM_FN float lm_mod(float a, float b) { float r = fmodf(a, b); if (r != 0 && ((r < 0) != (b < 0))) r += b; return r; }
+LM_FN double lm_mod(double a, double b) { double r = fmod(a, b); if (r != 0 && ((r < 0) != (b < 0))) r += b; return r; }
+LM_FN long long lm_imod(long long a, long long b, int* err, bool active) {
+  if (b == 0) { if (active) *err = 1; return 0; }
+  if (b == -1) return 0;
+  long long r = a % b;
+  if (r != 0 && ((r < 0) != (b < 0))) r += b;
+  return r;
+}
+LM_FN float lm_recip(float a) { return 1.0f / a; }
+LM_FN double lm_recip(double a) { return 1.0 / a; }
+/* Max that propagates NaN. */
+LM_FN float lm_rmax(float acc, float v) { return acc != acc ? acc : ((v != v || v > acc) ? v : acc); }
+LM_FN double lm_rmax(double acc, double v) { return acc != acc ? acc : ((v != v || v > acc) ? v : acc); }
+LM_FN long long lm_rmax(long long acc, long long v) { return v > acc ? v : acc; }
+/* float -> integer: truncate; NaN/inf -> 0; out of int64 range -> INT64_MIN (as x86). */
+LM_FN long long lm_f2i(double v) {
+  if (v != v || v == LM_INF_D || v == -LM_INF_D) return 0;
+  if (v >= 9223372036854775808.0 || v < -9223372036854775808.0) return -9223372036854775807LL - 1LL;
+  return (long long)v;
+}
+LM_FN long long lm_wrap_add(long long a, long long b) { return (long long)((unsigned long long)a + (unsigned long long)b); }
+LM_FN long long lm_wrap_mul(long long a, long long b) { return (long long)((unsigned long long)a * (unsigned long long)b); }
+)";
+
+// Compute type: the C type a value of `dt` lives in between statements.
+std::string_view value_type(DType dt) {
+  switch (dt) {
+    case DType::F32:
+    case DType::F16:
+    case DType::BF16: return "float";
+    case DType::F64: return "double";
+    case DType::I32: return "int";
+    case DType::I64: return "long long";
+    case DType::I8: return "signed char";
+    case DType::U8: return "unsigned char";
+    case DType::Bool: return "bool";
+  }
+  return "?";
+}
+// Storage type: the element type of a buffer.
+std::string_view storage_type(DType dt) {
+  if (dt == DType::F16 || dt == DType::BF16) return "unsigned short";
+  if (dt == DType::Bool) return "unsigned char";
+  return value_type(dt);
+}
+// Reduction accumulator type: sums of floats accumulate in double, integers in int64.
+std::string_view accumulator_type(OpKind op, DType dt) {
+  if (!is_float(dt)) return "long long";
+  return op == OpKind::SumReduce ? "double" : value_type(dt);
+}
+bool is_half(DType dt) { return dt == DType::F16 || dt == DType::BF16; }
+
+// Float spellings of the primitive ops: a function name, or an infix operator.
+struct Spelling {
+  OpKind op;
+  std::string_view f32, f64;
+  bool infix;
+};
+constexpr Spelling kFloatOps[] = {
+    {OpKind::Exp2, "exp2f", "exp2", false}, {OpKind::Log2, "log2f", "log2", false},
+    {OpKind::Sin, "sinf", "sin", false},    {OpKind::Sqrt, "sqrtf", "sqrt", false},
+    {OpKind::Recip, "lm_recip", "lm_recip", false}, {OpKind::Mod, "lm_mod", "lm_mod", false},
+    {OpKind::Add, "+", "+", true},          {OpKind::Mul, "*", "*", true},
+    {OpKind::LessThan, "<", "<", true},
+};
+
+class Emitter {
+ public:
+  Emitter(const Kernel& k, const Dialect& d, std::string_view name) : k_(k), d_(d), name_(name) {
+    for (const auto& p : k.phases) {
+      collect_types(p.row_body);
+      collect_types(p.col_body);
+    }
+  }
+
+  std::string render() {
+    // Helpers are guarded so that many kernels can share one translation unit.
+    os_ << "/* luminal kernel " << name_ << " */\n#ifndef LUMINAL_KERNEL_HELPERS\n#define LUMINAL_KERNEL_HELPERS\n"
+        << d_.includes;
+    os_ << "#define LM_FN " << d_.fn << "\n#define LM_F2U " << d_.f2u << "\n#define LM_U2F " << d_.u2f
+        << "\n#define LM_INF_D (" << d_.inf_d << ")\n";
+    if (!d_.cuda)
+      os_ << "LM_FN unsigned lm_f2u_(float f) { return __builtin_bit_cast(unsigned, f); }\n"
+             "LM_FN float lm_u2f_(unsigned u) { return __builtin_bit_cast(float, u); }\n";
+    os_ << Expression::c_prelude() << kHelpers << d_.warp_helpers << "#endif\n";
+    if (d_.cuda) cuda_entry();
+    else cpp_entry();
+    return os_.str();
+  }
+
+ private:
+  // ---- entry points ----
+  void dims_prologue(std::string_view source) {
+    for (size_t i = 0; i < k_.dim_names.size(); ++i)
+      line("const long long D" + std::to_string(i) + " = (long long)" + std::string(source) + "[" + std::to_string(i) + "];");
+  }
+  std::string buffer_decl(size_t slot, DType dt, bool output) const {
+    return std::string(output ? "" : "const ") + std::string(storage_type(dt)) + "* " + (d_.cuda ? "__restrict__ " : "__restrict ") +
+           buffer_name(slot);
+  }
+  std::string buffer_name(size_t slot) const {
+    return slot == k_.output_slot() ? "out" : "in" + std::to_string(slot);
+  }
+
+  void cpp_entry() {
+    os_ << "extern \"C\" int64_t " << name_ << "_extent(const int64_t* dims) {\n";
+    indent_ = 1;
+    dims_prologue("dims");
+    line("(void)dims;");
+    line("return (int64_t)(" + expr(k_.extent) + ");");
+    os_ << "}\n";
+    os_ << "extern \"C\" void " << name_ << "(void* const* buffers, const int64_t* dims, int64_t begin, int64_t end) {\n";
+    for (size_t i = 0; i <= k_.inputs.size(); ++i) {
+      DType dt = i == k_.output_slot() ? k_.output : k_.inputs[i];
+      line(buffer_decl(i, dt, i == k_.output_slot()) + " = (" + (i == k_.output_slot() ? "" : "const ") +
+           std::string(storage_type(dt)) + "*)buffers[" + std::to_string(i) + "];");
+    }
+    line("int* lm_err = (int*)buffers[" + std::to_string(k_.error_slot()) + "];");
+    line("(void)lm_err; (void)dims;");
+    dims_prologue("dims");
+    if (k_.geometry == Geometry::SingleBlock) {
+      line("if (begin >= end) return;");
+      for (const auto& p : k_.phases) {
+        open("for (long long row = 0; row < " + expr(p.rows) + "; ++row) {");
+        phase_body(p);
+        close();
+      }
+    } else {
+      open("for (long long row = begin; row < end; ++row) {");
+      phase_body(k_.phases[0]);
+      close();
+    }
+    os_ << "}\n";
+  }
+
+  void cuda_entry() {
+    os_ << "extern \"C\" __global__ void " << name_ << "(";
+    for (size_t i = 0; i <= k_.inputs.size(); ++i)
+      os_ << buffer_decl(i, i == k_.output_slot() ? k_.output : k_.inputs[i], i == k_.output_slot()) << ", ";
+    os_ << "int* lm_err, const long long* dims) {\n";
+    indent_ = 1;
+    line("(void)lm_err; (void)dims;");
+    dims_prologue("dims");
+    const Phase& p0 = k_.phases[0];
+    switch (k_.geometry) {
+      case Geometry::Elementwise:
+        line("const long long row = (long long)blockIdx.x * blockDim.x + threadIdx.x;");
+        line("if (row >= " + expr(p0.rows) + ") return;");
+        phase_body(p0);
+        break;
+      case Geometry::WarpPerRow:
+        line("const long long row = ((long long)blockIdx.x * blockDim.x + threadIdx.x) >> 5;");
+        line("const int lm_lane = (int)(threadIdx.x & 31u);");
+        line("if (row >= " + expr(p0.rows) + ") return;  /* whole warps leave together */");
+        phase_body(p0);
+        break;
+      case Geometry::SingleBlock:
+        for (size_t i = 0; i < k_.phases.size(); ++i) {
+          if (i) line("__syncthreads();");
+          open("for (long long row = threadIdx.x; row < " + expr(k_.phases[i].rows) + "; row += blockDim.x) {");
+          phase_body(k_.phases[i]);
+          close();
+        }
+        break;
+    }
+    os_ << "}\n";
+  }
+
+  bool lanes() const { return d_.lanes && k_.geometry == Geometry::WarpPerRow; }
+
+  void phase_body(const Phase& p) {
+    top_level_ = true;
+    stmts(p.row_body);
+    top_level_ = false;
+    if (p.cols == Expression(1)) {
+      if (lanes()) open("if (lm_lane == 0) {");
+      else open("{");
+    } else if (lanes()) {
+      open("for (long long col = lm_lane; col < " + expr(p.cols) + "; col += 32) {");
+    } else {
+      open("for (long long col = 0; col < " + expr(p.cols) + "; ++col) {");
+    }
+    stmts(p.col_body);
+    close();
+  }
+
+  // ---- statements ----
+  void stmts(const std::vector<Stmt>& list) {
+    for (const auto& s : list) stmt(s);
+  }
+
+  void stmt(const Stmt& s) {
+    const std::string v = "v" + std::to_string(s.value);
+    const std::string decl = "const " + std::string(value_type(s.dtype)) + " " + v + " = ";
+    switch (s.kind) {
+      case StmtKind::Load: {
+        std::string ref = buffer_name(static_cast<size_t>(s.buffer)) + "[" + expr(s.index) + "]";
+        std::string load = s.dtype == DType::F16    ? "lm_f16_to_f32(" + ref + ")"
+                           : s.dtype == DType::BF16 ? "lm_bf16_to_f32(" + ref + ")"
+                           : s.dtype == DType::Bool ? "(" + ref + " != 0)"
+                                                    : ref;
+        line(decl + (s.guard == Expression(1) ? load : "(" + expr(s.guard) + ") ? " + load + " : " + zero(s.dtype)) + ";");
+        return;
+      }
+      case StmtKind::Constant: line(decl + literal(s.constant, s.dtype) + ";"); return;
+      case StmtKind::Index: line(decl + convert("(" + expr(s.index) + ")", DType::I64, s.dtype) + ";"); return;
+      case StmtKind::Cast: line(decl + convert(val(s.args[0]), type_of(s.args[0]), s.dtype) + ";"); return;
+      case StmtKind::Select: line(decl + "(" + expr(s.index) + ") ? " + val(s.args[0]) + " : " + zero(s.dtype) + ";"); return;
+      case StmtKind::Alu: line(decl + alu(s) + ";"); return;
+      case StmtKind::Bound:
+        line("long long " + v + " = (long long)" + val(s.args[0]) + ";");
+        line("if (" + v + " < 0 || " + v + " >= " + expr(s.index) + ") { if (" + expr(s.guard) + ") *lm_err = " +
+             std::to_string(static_cast<int>(s.constant)) + "; " + v + " = 0; }");
+        return;
+      case StmtKind::Store: {
+        std::string x = val(s.args[0]);
+        std::string stored = s.dtype == DType::F16    ? "lm_f32_to_f16(" + x + ")"
+                             : s.dtype == DType::BF16 ? "lm_f32_to_bf16(" + x + ")"
+                                                      : "(" + std::string(storage_type(s.dtype)) + ")" + x;
+        line(buffer_name(static_cast<size_t>(s.buffer)) + "[" + expr(s.index) + "] = " + stored + ";");
+        return;
+      }
+      case StmtKind::Reduce: reduce(s); return;
+    }
+  }
+
+  void reduce(const Stmt& s) {
+    const bool sum = s.op == OpKind::SumReduce;
+    const std::string acc = "a" + std::to_string(s.value), r = "r" + std::to_string(s.loop);
+    const std::string at(accumulator_type(s.op, s.dtype));
+    std::string init = sum ? "0" : (is_float(s.dtype) ? "-" + std::string(s.dtype == DType::F64 ? d_.inf_d : d_.inf_f)
+                                                      : "(-9223372036854775807LL - 1LL)");
+    line(at + " " + acc + " = " + init + ";");
+    const bool split = lanes() && top_level_;
+    bool outer = top_level_;
+    top_level_ = false;
+    if (split) open("for (long long " + r + " = lm_lane; " + r + " < " + expr(s.index) + "; " + r + " += 32) {");
+    else open("for (long long " + r + " = 0; " + r + " < " + expr(s.index) + "; ++" + r + ") {");
+    stmts(s.body);
+    std::string x = "(" + at + ")" + val(s.args[0]);
+    if (sum) line(acc + " = " + (is_float(s.dtype) ? acc + " + " + x : "lm_wrap_add(" + acc + ", " + x + ")") + ";");
+    else line(acc + " = lm_rmax(" + acc + ", " + x + ");");
+    close();
+    top_level_ = outer;
+    if (split) line(acc + " = " + (sum ? "lm_lane_sum(" : "lm_lane_max(") + acc + ");");
+    std::string result = "(" + std::string(value_type(s.dtype)) + ")" + acc;
+    if (is_half(s.dtype)) result = round_half(s.dtype, "(float)" + acc);
+    line("const " + std::string(value_type(s.dtype)) + " v" + std::to_string(s.value) + " = " + result + ";");
+  }
+
+  std::string alu(const Stmt& s) const {
+    const DType in = type_of(s.args[0]);
+    std::string a = val(s.args[0]), b = s.args.size() > 1 ? val(s.args[1]) : "";
+    if (is_float(in)) {
+      for (const auto& sp : kFloatOps)
+        if (sp.op == s.op) {
+          std::string name(in == DType::F64 ? sp.f64 : sp.f32);
+          std::string e = sp.infix ? "(" + a + " " + name + " " + b + ")" : name + "(" + a + (b.empty() ? "" : ", " + b) + ")";
+          return s.op == OpKind::LessThan ? e : (is_half(in) ? round_half(in, e) : e);
+        }
+      LUMINAL_ASSERT(false, "no float spelling for ", op_name(s.op));
+    }
+    const std::string t(value_type(s.dtype));
+    switch (s.op) {
+      case OpKind::LessThan: return "(" + a + " < " + b + ")";
+      case OpKind::Add: return in == DType::Bool ? "(" + a + " || " + b + ")" : "(" + t + ")lm_wrap_add(" + a + ", " + b + ")";
+      case OpKind::Mul: return in == DType::Bool ? "(" + a + " && " + b + ")" : "(" + t + ")lm_wrap_mul(" + a + ", " + b + ")";
+      case OpKind::Mod:
+        return "(" + t + ")lm_imod(" + a + ", " + b + ", lm_err, (" + expr(s.guard) + ") != 0)";
+      default: LUMINAL_ASSERT(false, "integer ", op_name(s.op));
+    }
+    return "";
+  }
+
+  // Convert a value of dtype `from` (in its value type) to dtype `to`.
+  std::string convert(const std::string& x, DType from, DType to) const {
+    if (to == DType::Bool) return "(" + x + " != 0)";
+    if (!is_float(to)) {
+      std::string wide = is_float(from) ? "lm_f2i((double)" + x + ")" : "(long long)" + x;
+      return "(" + std::string(value_type(to)) + ")" + wide;
+    }
+    std::string wide = is_float(from) ? x : "(double)(long long)" + x;
+    if (is_half(to)) return round_half(to, "(float)" + wide);
+    return "(" + std::string(value_type(to)) + ")" + wide;
+  }
+  static std::string round_half(DType dt, const std::string& x) {
+    return (dt == DType::F16 ? "lm_round_f16(" : "lm_round_bf16(") + x + ")";
+  }
+
+  std::string literal(double c, DType dt) const {
+    if (!is_float(dt)) {
+      if (dt == DType::Bool) return c != 0 ? "true" : "false";
+      auto i = static_cast<int64_t>(c);
+      if (i == INT64_MIN) return "(" + std::string(value_type(dt)) + ")(-9223372036854775807LL - 1LL)";
+      return "(" + std::string(value_type(dt)) + ")" + std::to_string(i) + "LL";
+    }
+    const bool dbl = dt == DType::F64;
+    if (std::isnan(c)) return std::string(dbl ? d_.nan_d : d_.nan_f);
+    if (std::isinf(c)) return (c < 0 ? "-" : "") + std::string(dbl ? d_.inf_d : d_.inf_f);
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%a", c);
+    return "(" + std::string(value_type(dt)) + ")" + buf;
+  }
+  std::string zero(DType dt) const { return "(" + std::string(value_type(dt)) + ")0"; }
+
+  std::string expr(const Expression& e) const {
+    return e.to_c([this](const std::string& name) -> std::string {
+      if (!name.empty() && name[0] == '$') return name.substr(1);
+      for (size_t i = 0; i < k_.dim_names.size(); ++i)
+        if (k_.dim_names[i] == name) return "D" + std::to_string(i);
+      LUMINAL_ASSERT(false, "kernel expression uses unknown variable ", name);
+      return "";
+    });
+  }
+  static std::string val(int v) { return "v" + std::to_string(v); }
+  DType type_of(int v) const { return types_.at(static_cast<size_t>(v)); }
+
+  void collect_types(const std::vector<Stmt>& list) {
+    for (const auto& s : list) {
+      if (s.value >= 0) {
+        if (types_.size() <= static_cast<size_t>(s.value)) types_.resize(static_cast<size_t>(s.value) + 1, DType::F32);
+        types_[static_cast<size_t>(s.value)] = s.dtype;
+      }
+      collect_types(s.body);
+    }
+  }
+
+  void line(const std::string& text) { os_ << std::string(static_cast<size_t>(indent_) * 2, ' ') << text << "\n"; }
+  void open(const std::string& text) {
+    line(text);
+    ++indent_;
+  }
+  void close() {
+    --indent_;
+    line("}");
+  }
+
+  const Kernel& k_;
+  const Dialect& d_;
+  std::string name_;
+  std::ostringstream os_;
+  std::vector<DType> types_;
+  int indent_ = 1;
+  bool top_level_ = false;
+};
+
+void check_name(std::string_view name) {
+  LUMINAL_CHECK(!name.empty() && !std::isdigit(static_cast<unsigned char>(name[0])), "kernel name '", name,
+                "' is not a C identifier");
+  for (char c : name)
+    LUMINAL_CHECK(std::isalnum(static_cast<unsigned char>(c)) || c == '_', "kernel name '", name, "' is not a C identifier");
+}
+
+}  // namespace
+
+std::string emit_cpp(const Kernel& kernel, std::string_view name) {
+  check_name(name);
+  return Emitter(kernel, kCpp, name).render();
+}
+
+std::string emit_cuda(const Kernel& kernel, std::string_view name) {
+  check_name(name);
+  return Emitter(kernel, kCuda, name).render();
+}
+
+}  // namespace luminal::kernel

@@ -1,0 +1,487 @@
+// Lowering a Region to the loop-nest IR, and the IR printer.
+//
+// Every value is a function of an index: the value of node n at flat element `idx`
+// of n's (contiguous) buffer. An edge read through a view composes the view's index
+// expression, so elementwise producers are recomputed at the consumer's index and no
+// intermediate buffer exists. A reduction is placed in the outermost loop whose
+// variables its index uses: per row (kept in a local, computed once per row) or
+// inside another reduction's loop. A reduction whose index depends on the column, or
+// that several rows would recompute, is refused; `lower` then tries the next
+// row/column split of the output and gives up when none works.
+#include <algorithm>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "luminal/error.hpp"
+#include "luminal/kernel/kernel.hpp"
+
+namespace luminal::kernel {
+namespace {
+
+struct Refuse {};  // the region cannot be one kernel with this split
+
+std::string value_var(int v) { return "$v" + std::to_string(v); }
+std::string loop_var(int k) { return "$r" + std::to_string(k); }
+
+Expression and_expr(const Expression& a, const Expression& b) {
+  if (a == Expression(1)) return b;
+  if (b == Expression(1)) return a;
+  return logical_and(a, b);
+}
+
+bool is_loop_or_value_var(const std::string& name) { return !name.empty() && name[0] == '$'; }
+
+class Lowerer {
+ public:
+  Lowerer(const Graph& g, Expression rows, Expression cols, std::vector<DimMap> samples)
+      : g_(g), rows_(rows), cols_(cols), samples_(std::move(samples)) {
+    int k = 0;
+    for (NodeId i : g.inputs()) slot_[i] = k++;
+    output_slot_ = k;
+  }
+
+  // Lower the whole output as one phase: per row, per col, store.
+  Phase lower_output(NodeId out) {
+    open_block(std::string(kRowVar), rows_);
+    open_block(std::string(kColVar), cols_);
+    Expression row = Expression::var(kRowVar), col = Expression::var(kColVar);
+    Expression idx = cols_ == Expression(1) ? row : row * cols_ + col;
+    int v = input_value(out, 0, idx, 1);
+    Stmt st;
+    st.kind = StmtKind::Store;
+    st.dtype = g_.node(out).dtype;
+    st.buffer = output_slot_;
+    st.index = idx;
+    st.args = {v};
+    blocks_.back().stmts.push_back(std::move(st));
+    Phase p;
+    p.rows = rows_;
+    p.cols = cols_;
+    p.col_body = std::move(blocks_[1].stmts);
+    p.row_body = std::move(blocks_[0].stmts);
+    return p;
+  }
+
+  // The two phases of a Scatter result: copy dest, then write src at the indexes.
+  std::vector<Phase> lower_scatter(NodeId scatter) {
+    const Node& n = g_.node(scatter);
+    Expression row = Expression::var(kRowVar);
+    std::vector<Phase> phases(2);
+    for (int which = 0; which < 2; ++which) {
+      blocks_.clear();
+      open_block(std::string(kRowVar), rows_);
+      open_block(std::string(kColVar), cols_);
+      Stmt st;
+      st.kind = StmtKind::Store;
+      st.dtype = n.dtype;
+      st.buffer = output_slot_;
+      if (which == 0) {
+        st.index = row;
+        st.args = {input_value(scatter, 0, row, 1)};
+        phases[0].rows = product(n.shape);
+      } else {
+        int target = input_value(scatter, 1, row, 1);
+        int bound = emit_bound(target, product(n.shape), 1, KernelError::ScatterOutOfRange);
+        st.index = Expression::var(value_var(bound));
+        st.args = {input_value(scatter, 2, row, 1)};
+        Shape src = n.inputs[1].view.shape();
+        phases[1].rows = product(src);
+      }
+      blocks_.back().stmts.push_back(std::move(st));
+      phases[which].col_body = std::move(blocks_[1].stmts);
+      phases[which].row_body = std::move(blocks_[0].stmts);
+    }
+    return phases;
+  }
+
+ private:
+  using Key = std::tuple<NodeId, Expression, Expression>;
+  struct Block {
+    std::string var;  // the loop variable this block iterates
+    Expression extent;
+    std::vector<Stmt> stmts;
+    std::map<Key, int> cache;
+  };
+
+  void open_block(std::string var, Expression extent) {
+    var_depth_[var] = blocks_.size();
+    blocks_.push_back(Block{std::move(var), extent, {}, {}});
+  }
+
+  // The deepest block defining a variable `e` uses (0: the row block).
+  size_t depth_of(const Expression& e) const {
+    size_t d = 0;
+    for (const auto& v : e.variables()) {
+      if (!is_loop_or_value_var(v)) continue;
+      auto it = var_depth_.find(v);
+      LUMINAL_ASSERT(it != var_depth_.end(), "kernel variable ", v, " used outside its scope");
+      d = std::max(d, it->second);
+    }
+    return d;
+  }
+
+  std::optional<int> lookup(const Key& key, size_t max_depth) const {
+    for (size_t d = std::min(max_depth + 1, blocks_.size()); d-- > 0;) {
+      auto it = blocks_[d].cache.find(key);
+      if (it != blocks_[d].cache.end()) return it->second;
+    }
+    return std::nullopt;
+  }
+
+  int emit(Stmt st, size_t depth) {
+    st.value = next_value_++;
+    var_depth_[value_var(st.value)] = depth;
+    blocks_[depth].stmts.push_back(std::move(st));
+    return next_value_ - 1;
+  }
+
+  int emit_bound(int value, const Expression& bound, const Expression& guard, KernelError code) {
+    Stmt st;
+    st.kind = StmtKind::Bound;
+    st.dtype = DType::I64;
+    st.args = {value};
+    st.index = bound;
+    st.guard = guard;
+    st.constant = static_cast<double>(code);
+    return emit(std::move(st), blocks_.size() - 1);
+  }
+
+  // The value of node `n`'s input `k` at element `idx` of n's view of it.
+  int input_value(NodeId n, size_t k, const Expression& idx, const Expression& guard) {
+    const NodeInput& in = g_.node(n).inputs[k];
+    Expression valid = in.view.valid_expression().substitute(Expression::kIndexName, idx);
+    Expression pidx = in.view.index_expression().substitute(Expression::kIndexName, idx);
+    if (valid == Expression(0)) {
+      Stmt zero;
+      zero.kind = StmtKind::Constant;
+      zero.dtype = g_.node(in.node).dtype;
+      return emit(std::move(zero), blocks_.size() - 1);
+    }
+    int v = value_at(in.node, pidx, and_expr(guard, valid));
+    if (valid == Expression(1)) return v;
+    Stmt sel;
+    sel.kind = StmtKind::Select;
+    sel.dtype = g_.node(in.node).dtype;
+    sel.index = valid;
+    sel.args = {v};
+    return emit(std::move(sel), blocks_.size() - 1);
+  }
+
+  int value_at(NodeId id, const Expression& idx, const Expression& guard) {
+    const Node& n = g_.node(id);
+    if (n.op == OpKind::SumReduce || n.op == OpKind::MaxReduce) return reduce_at(id, idx, guard);
+    Key key{id, idx, guard};
+    if (auto v = lookup(key, blocks_.size() - 1)) return *v;
+    Stmt st;
+    st.dtype = n.dtype;
+    switch (n.op) {
+      case OpKind::Input:
+        st.kind = StmtKind::Load;
+        st.buffer = slot_.at(id);
+        st.index = idx;
+        st.guard = guard;
+        break;
+      case OpKind::Constant:
+        st.kind = StmtKind::Constant;
+        st.constant = is_float(n.dtype) ? round_to_float_dtype(n.constant, n.dtype)
+                                        : static_cast<double>(wrap_to_int_dtype(static_cast<int64_t>(n.constant), n.dtype));
+        break;
+      case OpKind::Iota:
+        st.kind = StmtKind::Index;
+        st.index = n.iota_expr.substitute(Expression::kIndexName, idx);
+        break;
+      case OpKind::Gather: {
+        int target = input_value(id, 0, idx, guard);
+        int bound = emit_bound(target, n.inputs[1].view.n_elements(), guard, KernelError::GatherOutOfRange);
+        int v = input_value(id, 1, Expression::var(value_var(bound)), guard);
+        blocks_.back().cache[key] = v;
+        return v;
+      }
+      default:
+        if (op_category(n.op) != OpCategory::Unary && op_category(n.op) != OpCategory::Binary) throw Refuse{};
+        st.kind = n.op == OpKind::Cast ? StmtKind::Cast : StmtKind::Alu;
+        st.op = n.op;
+        st.guard = guard;
+        for (size_t k = 0; k < n.inputs.size(); ++k) st.args.push_back(input_value(id, k, idx, guard));
+        break;
+    }
+    int v = emit(std::move(st), blocks_.size() - 1);
+    blocks_.back().cache[key] = v;
+    return v;
+  }
+
+  // Numeric checks on sample dim values (the simplifier cannot use loop bounds, so
+  // (row*13 + r1)/13 stays symbolic although it is row). Unevaluable (gathered)
+  // indexes fail every check, which only ever refuses or keeps work.
+  template <class F>
+  bool for_samples(F&& check) const {
+    try {
+      for (DimMap d : samples_) {
+        std::vector<int64_t> extents;
+        for (const auto& b : blocks_) extents.push_back(b.extent.eval(d));
+        if (!check(d, extents)) return false;
+      }
+      return true;
+    } catch (const Error&) {
+      return false;
+    }
+  }
+  // Does `e` ignore the loop variable of block `target`, whatever the other loop variables are?
+  bool independent_of(const Expression& e, size_t target) const {
+    return for_samples([&](DimMap& d, const std::vector<int64_t>& ext) {
+      for (int64_t pattern = 0; pattern < 4; ++pattern) {
+        for (size_t b = 0; b < blocks_.size(); ++b) {
+          int64_t n = std::max<int64_t>(ext[b], 1);
+          int64_t pick[] = {0, 1, n - 1, static_cast<int64_t>(b * 7 + 3)};
+          d[blocks_[b].var] = pick[pattern] % n;
+        }
+        d[blocks_[target].var] = 0;
+        int64_t first = e.eval(d);
+        for (int64_t t = 1; t < std::min<int64_t>(ext[target], 64); ++t) {
+          d[blocks_[target].var] = t;
+          if (e.eval(d) != first) return false;
+        }
+      }
+      return true;
+    });
+  }
+  bool row_injective(const Expression& e) const {
+    if (rows_ == Expression(1)) return true;
+    return for_samples([&](DimMap& d, const std::vector<int64_t>& ext) {
+      std::set<int64_t> seen;
+      for (int64_t r = 0; r < std::min<int64_t>(ext[0], 256); ++r) {
+        d[std::string(kRowVar)] = r;
+        if (!seen.insert(e.eval(d)).second) return false;
+      }
+      return true;
+    });
+  }
+
+  int reduce_at(NodeId id, Expression idx, Expression guard) {
+    const Node& n = g_.node(id);
+    // Drop loop variables the index only seems to use, innermost first.
+    for (size_t b = blocks_.size(); b-- > 1;) {
+      const std::string& var = blocks_[b].var;
+      if ((idx.depends_on(var) || guard.depends_on(var)) && independent_of(idx, b) && independent_of(guard, b)) {
+        idx = idx.substitute(var, 0);
+        guard = guard.substitute(var, 0);
+      }
+    }
+    size_t depth = std::max(depth_of(idx), depth_of(guard));
+    if (blocks_[depth].var == kColVar) throw Refuse{};  // needed per element
+    if (depth == 0 && !row_injective(idx)) throw Refuse{};  // several rows would recompute it
+    Key key{id, idx, guard};
+    if (auto v = lookup(key, depth)) return *v;
+    // Generate the loop in block `depth`: set the deeper blocks aside meanwhile.
+    std::vector<Block> aside(std::make_move_iterator(blocks_.begin() + static_cast<ptrdiff_t>(depth) + 1),
+                             std::make_move_iterator(blocks_.end()));
+    blocks_.resize(depth + 1);
+    int loop = next_loop_++;
+    const ShapeTracker& view = n.inputs[0].view;
+    Shape in_shape = view.shape();
+    Expression extent = in_shape[static_cast<size_t>(n.axis)];
+    open_block(loop_var(loop), extent);
+    Expression inner = product(std::span(in_shape).subspan(static_cast<size_t>(n.axis) + 1));
+    Expression z = (idx / inner * extent + Expression::var(loop_var(loop))) * inner + idx % inner;
+    int body_value = input_value(id, 0, z, guard);
+    Stmt st;
+    st.kind = StmtKind::Reduce;
+    st.dtype = n.dtype;
+    st.op = n.op;
+    st.index = extent;
+    st.loop = loop;
+    st.args = {body_value};
+    st.body = std::move(blocks_.back().stmts);
+    blocks_.pop_back();
+    int v = emit(std::move(st), depth);
+    blocks_[depth].cache[key] = v;
+    for (auto& b : aside) blocks_.push_back(std::move(b));
+    return v;
+  }
+
+  const Graph& g_;
+  Expression rows_, cols_;
+  std::vector<DimMap> samples_;
+  std::map<NodeId, int> slot_;
+  int output_slot_ = 0;
+  std::vector<Block> blocks_;
+  std::map<std::string, size_t> var_depth_;
+  int next_value_ = 0;
+  int next_loop_ = 0;
+};
+
+std::vector<std::string> region_dims(const Graph& g) {
+  std::set<std::string> names;
+  auto add = [&](const Expression& e) {
+    for (const auto& v : e.variables())
+      if (v != Expression::kIndexName) names.insert(v);
+  };
+  for (const auto& n : g.nodes()) {
+    for (const auto& d : n.shape) add(d);
+    add(n.iota_expr);
+    for (const auto& in : n.inputs) {
+      add(in.view.base_offset());
+      add(in.view.base_valid());
+      for (const auto& d : in.view.dims()) {
+        add(d.size);
+        add(d.offset);
+        add(d.valid);
+      }
+    }
+  }
+  for (const auto& v : names)
+    LUMINAL_CHECK(!is_loop_or_value_var(v), "kernel: dimension name '", v, "' may not start with '$'");
+  return {names.begin(), names.end()};
+}
+
+bool contains_reduce(const std::vector<Stmt>& stmts) {
+  return std::any_of(stmts.begin(), stmts.end(), [](const Stmt& s) { return s.kind == StmtKind::Reduce; });
+}
+
+}  // namespace
+
+std::optional<Kernel> lower(const Region& region) {
+  const Graph& g = region.graph;
+  auto outs = g.outputs();
+  LUMINAL_CHECK(outs.size() == 1, "lower: a region has exactly one Output node, found ", outs.size());
+  const NodeId out = outs[0];
+  const Node& o = g.node(out);
+  Kernel k;
+  for (NodeId i : g.inputs()) k.inputs.push_back(g.node(i).dtype);
+  k.output = o.dtype;
+  k.output_numel = product(o.shape);
+  k.dim_names = region_dims(g);
+  for (const auto& n : g.nodes())
+    if (n.op == OpKind::CustomOp) return std::nullopt;
+
+  // Sample dim values for the numeric placement checks.
+  std::vector<DimMap> samples(2);
+  for (const auto& name : k.dim_names) {
+    samples[0][name] = 5;
+    samples[1][name] = 11;
+  }
+
+  const Node& result = g.node(o.inputs[0].node);
+  size_t scatters = std::count_if(g.nodes().begin(), g.nodes().end(), [](const Node& n) { return n.op == OpKind::Scatter; });
+  if (scatters > 0) {
+    bool reduces = std::any_of(g.nodes().begin(), g.nodes().end(), [](const Node& n) { return op_category(n.op) == OpCategory::Reduce; });
+    if (scatters > 1 || reduces || result.op != OpKind::Scatter || !o.inputs[0].view.is_contiguous() ||
+        o.inputs[0].view.shape() != result.shape)
+      return std::nullopt;
+    try {
+      Lowerer l(g, 1, 1, samples);
+      k.phases = l.lower_scatter(o.inputs[0].node);
+    } catch (const Refuse&) {
+      return std::nullopt;
+    }
+    k.geometry = Geometry::SingleBlock;
+    k.extent = 1;
+    k.grid_x = 1;
+    k.block_x = 256;
+    return k;
+  }
+
+  // Split the output into rows x cols, most rows first.
+  const size_t rank = o.shape.size();
+  for (size_t j = 0; j <= rank; ++j) {
+    Expression rows = product(std::span(o.shape).first(rank - j));
+    Expression cols = product(std::span(o.shape).subspan(rank - j));
+    try {
+      Lowerer l(g, rows, cols, samples);
+      k.phases = {l.lower_output(out)};
+    } catch (const Refuse&) {
+      continue;
+    }
+    const Phase& p = k.phases[0];
+    k.extent = rows;
+    if (!contains_reduce(p.row_body) && cols == Expression(1)) {
+      k.geometry = Geometry::Elementwise;
+      k.block_x = 256;
+      k.grid_x = ceil_div(rows, k.block_x);
+    } else {
+      k.geometry = Geometry::WarpPerRow;
+      k.block_x = 256;
+      k.grid_x = ceil_div(rows, k.block_x / 32);
+    }
+    return k;
+  }
+  return std::nullopt;
+}
+
+// ---- printer ----
+namespace {
+
+std::string_view kind_name(StmtKind k) {
+  switch (k) {
+    case StmtKind::Load: return "load";
+    case StmtKind::Constant: return "const";
+    case StmtKind::Index: return "index";
+    case StmtKind::Alu: return "alu";
+    case StmtKind::Cast: return "cast";
+    case StmtKind::Select: return "select";
+    case StmtKind::Bound: return "bound";
+    case StmtKind::Reduce: return "reduce";
+    case StmtKind::Store: return "store";
+  }
+  return "?";
+}
+
+void print(std::ostringstream& os, const std::vector<Stmt>& stmts, int indent) {
+  for (const auto& s : stmts) {
+    os << std::string(static_cast<size_t>(indent), ' ');
+    if (s.kind == StmtKind::Store) {
+      os << "store buf" << s.buffer << "[" << s.index.to_string() << "] = v" << s.args[0] << "  ; " << dtype_name(s.dtype)
+         << "\n";
+      continue;
+    }
+    os << "v" << s.value << ": " << dtype_name(s.dtype) << " = " << kind_name(s.kind);
+    switch (s.kind) {
+      case StmtKind::Load: os << " buf" << s.buffer << "[" << s.index.to_string() << "]"; break;
+      case StmtKind::Constant: os << " " << s.constant; break;
+      case StmtKind::Index: os << " " << s.index.to_string(); break;
+      case StmtKind::Select: os << " " << s.index.to_string() << " ? v" << s.args[0] << " : 0"; break;
+      case StmtKind::Bound: os << " v" << s.args[0] << " in [0, " << s.index.to_string() << ") else error " << s.constant; break;
+      case StmtKind::Reduce: os << " " << op_name(s.op) << " r" << s.loop << " < " << s.index.to_string() << " of v" << s.args[0]; break;
+      default:
+        os << " " << op_name(s.op);
+        for (int a : s.args) os << " v" << a;
+    }
+    if (s.guard != Expression(1) && s.kind != StmtKind::Cast) os << " if " << s.guard.to_string();
+    os << "\n";
+    if (s.kind == StmtKind::Reduce) print(os, s.body, indent + 2);
+  }
+}
+
+std::string_view geometry_name(Geometry g) {
+  switch (g) {
+    case Geometry::Elementwise: return "elementwise";
+    case Geometry::WarpPerRow: return "warp-per-row";
+    case Geometry::SingleBlock: return "single-block";
+  }
+  return "?";
+}
+
+}  // namespace
+
+std::string to_string(const Kernel& k) {
+  std::ostringstream os;
+  os << "kernel(";
+  for (size_t i = 0; i < k.inputs.size(); ++i) os << (i ? ", " : "") << "buf" << i << ": " << dtype_name(k.inputs[i]);
+  os << ") -> buf" << k.output_slot() << ": " << dtype_name(k.output) << "[" << k.output_numel.to_string() << "]";
+  os << " dims=[";
+  for (size_t i = 0; i < k.dim_names.size(); ++i) os << (i ? ", " : "") << k.dim_names[i];
+  os << "] " << geometry_name(k.geometry) << " extent=" << k.extent.to_string() << " grid=" << k.grid_x.to_string()
+     << "x" << k.block_x << "\n";
+  for (size_t p = 0; p < k.phases.size(); ++p) {
+    const Phase& ph = k.phases[p];
+    os << "phase " << p << ": rows=" << ph.rows.to_string() << " cols=" << ph.cols.to_string() << "\n";
+    os << "  per row:\n";
+    print(os, ph.row_body, 4);
+    os << "  per col:\n";
+    print(os, ph.col_body, 4);
+  }
+  return os.str();
+}
+
+}  // namespace luminal::kernel

@@ -1,0 +1,236 @@
+// Fused regions (elementwise chains, softmax, RMSNorm, layer norm, mean/var, gather +
+// elementwise, matmul), the fuse API, what lowering refuses, determinism and the text form.
+#include "harness.hpp"
+
+namespace luminal::kernel::testing {
+namespace {
+
+const Expression kSeq = Expression::var("seq");
+const std::vector<DimMap> kSeqDims = {{{"seq", 3}}, {{"seq", 9}}};
+
+HostTensor plain_data(size_t, DType dt, size_t n, std::mt19937& rng) { return random_tensor(dt, n, rng, false, false); }
+
+TEST(KernelFused, ReductionsWithProducersAndConsumers) {
+  Batch batch;
+  for (DType dt : {DType::F32, DType::F16, DType::BF16, DType::F64}) {
+    std::string d(dtype_name(dt));
+    {
+      Graph cx;
+      auto x = cx.tensor({kSeq, 6}, dt);
+      auto y = cx.tensor({6}, dt);
+      auto xt = cx.tensor({6, kSeq}, dt).permute({1, 0});
+      ((x * y.expand({kSeq, 6})).exp2() + xt.sin() * 0.5 - x.sqrt()).output();
+      batch.add("elementwise chain " + d, Region{cx}, kSeqDims);
+    }
+    {
+      Graph cx;
+      cx.tensor({kSeq, 13}, dt).softmax(1).output();
+      batch.add("softmax " + d, Region{cx}, kSeqDims, plain_data);
+    }
+    {
+      Graph cx;
+      auto x = cx.tensor({kSeq, 16}, dt);
+      auto w = cx.tensor({16}, dt);
+      x.rms_norm(1, w).output();
+      batch.add("rms norm " + d, Region{cx}, kSeqDims, plain_data);
+    }
+    {
+      Graph cx;
+      auto x = cx.tensor({kSeq, 10}, dt);
+      x.layer_norm(1, cx.tensor({10}, dt), cx.tensor({10}, dt)).output();
+      batch.add("layer norm " + d, Region{cx}, kSeqDims, plain_data);
+    }
+  }
+  {
+    Graph cx;
+    auto x = cx.tensor({kSeq, 7});
+    (x.mean({1}) + x.var({1})).output();
+    batch.add("mean + var", Region{cx}, kSeqDims, plain_data);
+  }
+  {
+    Graph cx;
+    cx.tensor({4, kSeq, 5}).mean({1, 2}).output();  // nested reductions
+    batch.add("mean over two axes", Region{cx}, kSeqDims, plain_data);
+  }
+  {
+    Graph cx;
+    auto a = cx.tensor({5, 7});
+    auto b = cx.tensor({7, kSeq});
+    a.matmul(b).output();
+    batch.add("matmul", Region{cx}, kSeqDims, plain_data);
+  }
+  {
+    Graph cx;
+    cx.tensor({kSeq, 11}).softmax(1).output();
+    batch.add("softmax with inf and NaN", Region{cx}, kSeqDims);
+  }
+  {
+    Graph cx;
+    auto x = cx.tensor({kSeq});
+    (x / x.sum_all()).output();  // a full reduction, computed once (rows = 1)
+    batch.add("x / sum(x)", Region{cx}, kSeqDims, plain_data);
+  }
+  for (DType dt : {DType::F32, DType::BF16, DType::I32}) {
+    // Embedding lookup, then elementwise.
+    Graph cx;
+    auto table = cx.tensor({9, 4}, dt);
+    auto ids = cx.tensor({kSeq, 4}, DType::I64);
+    ((table.gather(0, ids) * 3.0) + 1.0).output();
+    batch.add("gather + elementwise " + std::string(dtype_name(dt)), Region{cx}, kSeqDims,
+              [](size_t input, DType t, size_t n, std::mt19937& rng) {
+                if (input == 0) return random_tensor(t, n, rng);
+                HostTensor h = HostTensor::zeros(t, n);
+                for (size_t i = 0; i < n; ++i) h.set_i64(i, static_cast<int64_t>(rng() % 9));
+                return h;
+              });
+  }
+  batch.run(test_compiler());
+}
+
+// Per-row reductions stay per row: the softmax kernel has two row reductions and none inside the column loop.
+TEST(KernelFused, SoftmaxIsThreePassesPerRow) {
+  Graph cx;
+  cx.tensor({kSeq, 13}).softmax(1).output();
+  auto k = lower(Region{cx});
+  ASSERT_TRUE(k);
+  ASSERT_EQ(k->phases.size(), 1u);
+  const Phase& p = k->phases[0];
+  EXPECT_EQ(p.rows, kSeq);
+  EXPECT_EQ(p.cols, Expression(13));
+  EXPECT_EQ(k->geometry, Geometry::WarpPerRow);
+  auto count_reduces = [](const std::vector<Stmt>& stmts, auto&& self) -> int {
+    int n = 0;
+    for (const auto& s : stmts) n += (s.kind == StmtKind::Reduce) + self(s.body, self);
+    return n;
+  };
+  EXPECT_EQ(count_reduces(p.row_body, count_reduces), 2);  // max, then sum (max not recomputed inside it)
+  EXPECT_EQ(count_reduces(p.col_body, count_reduces), 0);
+}
+
+TEST(KernelFused, RefusesReductionsThatWouldBeRecomputed) {
+  {
+    // Softmax over a leading axis: the reduced values vary along the column.
+    Graph cx;
+    cx.tensor({7, kSeq}).softmax(0).output();
+    EXPECT_FALSE(lower(Region{cx}));
+  }
+  {
+    Graph cx;
+    auto x = cx.tensor({5, 6});
+    (x - x.mean({0}).expand({5, 6})).output();
+    EXPECT_FALSE(lower(Region{cx}));
+  }
+  {
+    Graph cx;  // an elementwise region always lowers, one thread per element
+    auto x = cx.tensor({5, 6});
+    (x * 2.0).exp2().output();
+    auto k = lower(Region{cx});
+    ASSERT_TRUE(k);
+    EXPECT_EQ(k->geometry, Geometry::Elementwise);
+  }
+}
+
+TEST(KernelFused, FuseBuildsRegionsStepByStep) {
+  auto node = [](OpKind op, Shape shape, int axis = -1) {
+    Node n;
+    n.op = op;
+    n.dtype = DType::F32;
+    n.shape = std::move(shape);
+    n.axis = axis;
+    return n;
+  };
+  Shape s = {4, kSeq};
+  FuseOperand a{nullptr, DType::F32, s, ShapeTracker::contiguous(s)};
+  FuseOperand b{nullptr, DType::F32, {kSeq}, ShapeTracker::contiguous({kSeq}).insert_broadcast(0, 4)};
+  auto mul = singleton(node(OpKind::Mul, s), std::vector{a, b});
+  ASSERT_TRUE(mul);
+  auto exp = fuse(node(OpKind::Exp2, s), std::vector{FuseOperand{&*mul, DType::F32, s, ShapeTracker::contiguous(s)}});
+  ASSERT_TRUE(exp);
+  EXPECT_EQ(exp->graph.inputs().size(), 2u);
+  auto sum = fuse(node(OpKind::SumReduce, {4}, 1), std::vector{FuseOperand{&*exp, DType::F32, s, ShapeTracker::contiguous(s)}});
+  ASSERT_TRUE(sum);
+  // exp(x) / sum(exp(x)): the two operand regions' inputs are concatenated (4 inputs).
+  auto recip = fuse(node(OpKind::Recip, {4}), std::vector{FuseOperand{&*sum, DType::F32, {4}, ShapeTracker::contiguous({4})}});
+  ASSERT_TRUE(recip);
+  auto out = fuse(node(OpKind::Mul, s), std::vector{FuseOperand{&*exp, DType::F32, s, ShapeTracker::contiguous(s)},
+                                                    FuseOperand{&*recip, DType::F32, {4}, ShapeTracker::contiguous({4}).insert_broadcast(1, kSeq)}});
+  ASSERT_TRUE(out);
+  EXPECT_EQ(out->graph.inputs().size(), 4u);
+  // A permuted read of `out` is refused: its row sums would vary along the new columns.
+  Shape st = {kSeq, 4};
+  int axes[] = {1, 0};
+  EXPECT_FALSE(fuse(node(OpKind::Sin, st), std::vector{FuseOperand{&*out, DType::F32, s, ShapeTracker::contiguous(s).permute(axes)}}));
+  // A region whose Output reads a permuted view: fusing materialises it with an identity Cast.
+  Region perm;
+  {
+    NodeId x = add_input(perm.graph, DType::F32, s);
+    NodeId e = add_op(perm.graph, OpKind::Exp2, DType::F32, s, {{x, ShapeTracker::contiguous(s)}});
+    add_op(perm.graph, OpKind::Output, DType::F32, st, {{e, ShapeTracker::contiguous(s).permute(axes)}});
+  }
+  auto sin = fuse(node(OpKind::Sin, st), std::vector{FuseOperand{&perm, DType::F32, st, ShapeTracker::contiguous(st)}});
+  ASSERT_TRUE(sin);
+  EXPECT_NE(serialize(*sin).find("(Cast F32"), std::string::npos);
+  // singleton ignores the operand's region: all inputs fresh.
+  auto single = singleton(node(OpKind::Sin, st), std::vector{FuseOperand{&*out, DType::F32, s, ShapeTracker::contiguous(s).permute(axes)}});
+  ASSERT_TRUE(single);
+  EXPECT_EQ(single->graph.inputs().size(), 1u);
+  // Unfusable: a reduction over the rows read back along them.
+  auto colsum = fuse(node(OpKind::SumReduce, {kSeq}, 0), std::vector{FuseOperand{&*mul, DType::F32, s, ShapeTracker::contiguous(s)}});
+  ASSERT_TRUE(colsum);
+  EXPECT_FALSE(fuse(node(OpKind::Add, s), std::vector{FuseOperand{&*mul, DType::F32, s, ShapeTracker::contiguous(s)},
+                                                      FuseOperand{&*colsum, DType::F32, {kSeq}, ShapeTracker::contiguous({kSeq}).insert_broadcast(0, 4)}}));
+  Batch batch;
+  batch.add("fused softmax-like", *out, kSeqDims, plain_data);
+  batch.add("fused through a permuted region", *sin, kSeqDims, plain_data);
+  batch.add("singleton", *single, kSeqDims);
+  batch.run(test_compiler());
+}
+
+TEST(KernelFused, SerializeRoundTripAndDeterminism) {
+  std::vector<Region> regions;
+  {
+    Graph cx;
+    auto x = cx.tensor({kSeq, 10}, DType::BF16);
+    x.layer_norm(1, cx.tensor({10}, DType::BF16), std::nullopt).output();
+    regions.push_back(Region{cx});
+  }
+  {
+    Graph cx;
+    auto table = cx.tensor({9, 4});
+    auto ids = cx.tensor({kSeq, 4}, DType::I64);
+    (table.gather(0, ids).pad(0, 1, 2) * -0.0).flip({0}).output();
+    regions.push_back(Region{cx});
+  }
+  {
+    Graph cx;
+    Node n;
+    n.op = OpKind::Iota;
+    n.dtype = DType::I8;
+    n.shape = {kSeq, 3};
+    n.iota_expr = min(Expression::index() * 5 % 7, kSeq) - 1;
+    NodeId id = cx.add_node(n);
+    add_output(cx, id);
+    regions.push_back(Region{cx});
+  }
+  for (const Region& r : regions) {
+    std::string text = serialize(r);
+    EXPECT_EQ(text.find('\n'), std::string::npos);
+    Region back = parse_region(text);
+    EXPECT_EQ(serialize(back), text);
+    auto k1 = lower(r), k2 = lower(back);
+    ASSERT_TRUE(k1 && k2);
+    EXPECT_EQ(to_string(*k1), to_string(*k2));
+    EXPECT_EQ(emit_cpp(*k1, "k"), emit_cpp(*k2, "k"));
+    EXPECT_EQ(emit_cuda(*k1, "k"), emit_cuda(*k2, "k"));
+    EXPECT_EQ(emit_cuda(*k1, "k"), emit_cuda(*lower(r), "k"));
+  }
+  EXPECT_THROW(parse_region("(region (Add F32"), Error);
+  EXPECT_THROW(parse_region("(region (Frobnicate F32 (shape 3) -1 0 0))"), Error);
+  EXPECT_THROW(parse_region("(region (Input F32 (shape 3) -1 0 0) (Exp2 F32 (shape 3) -1 0 0 (in 5 (view 0 1 (d 3 \"z\" 1)))))"), Error);
+  EXPECT_THROW(parse_region("(region (Input F32 (shape 3) -1 0 0))"), Error);  // no Output
+  EXPECT_THROW(parse_region("(region) trailing"), Error);
+  EXPECT_THROW(emit_cpp(*lower(regions[0]), "not an identifier"), Error);
+}
+
+}  // namespace
+}  // namespace luminal::kernel::testing
