@@ -62,6 +62,9 @@ struct CostEstimate {
   int64_t memory_bytes = 0;  // device memory the program needs (arena + its own buffers)
 };
 
+// The values Runtime::fill_profiling_input makes by default.
+HostTensor profiling_values(const Node& input, const DimMap& dims, uint64_t seed, bool adversarial);
+
 class Runtime {
  public:
   virtual ~Runtime() = default;
@@ -84,6 +87,12 @@ class Runtime {
   // one: a backend that compiles code compiles them here, in parallel. Errors here are
   // per program: a backend records them and throws from load_program.
   virtual void prepare(std::span<const Graph* const> programs) {}
+  // Give input `id` (a node of the program being profiled) profiling data: values of both
+  // signs from `seed`, mixed with special values when `adversarial`; integer inputs small
+  // and non-negative (they are mostly indexes). Called once per segment. The default
+  // makes the values on the host and calls set_tensor; a device backend may make them
+  // where it keeps them.
+  virtual void fill_profiling_input(NodeId id, const Node& input, const DimMap& dims, uint64_t seed, bool adversarial);
   // Time the active program: warm-up runs, then trials; the best trial counts. The
   // default uses the host clock around run() and sets the deadline run() checks.
   virtual ProfileResult profile(const DimMap& dims, const ProfileOptions& options);

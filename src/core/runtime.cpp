@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <limits>
+#include <random>
 
 #include "luminal/compile.hpp"
 #include "luminal/error.hpp"
@@ -33,6 +35,24 @@ CostEstimate Runtime::estimate(const Graph& program, const DimMap& dims) const {
   for (const Node& n : program.nodes())
     if (n.op == OpKind::Input) e.memory_bytes += bytes_of(n);
   return e;
+}
+
+HostTensor profiling_values(const Node& n, const DimMap& dims, uint64_t seed, bool adversarial) {
+  auto numel = static_cast<size_t>(product(n.shape).eval(dims));
+  HostTensor t = HostTensor::zeros(n.dtype, numel);
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<double> uni(-2.0, 2.0);
+  static const double kSpecial[] = {0.0, -0.0, INFINITY, -INFINITY, NAN, 1e-40, -1e-40, 65504.0, -3.0e38, 1.0, -1.0};
+  for (size_t k = 0; k < numel; ++k) {
+    if (!is_float(n.dtype)) t.set_i64(k, static_cast<int64_t>(rng() % 2));
+    else if (adversarial && rng() % 8 == 0) t.set_f64(k, kSpecial[rng() % std::size(kSpecial)]);
+    else t.set_f64(k, uni(rng));
+  }
+  return t;
+}
+
+void Runtime::fill_profiling_input(NodeId id, const Node& input, const DimMap& dims, uint64_t seed, bool adversarial) {
+  set_tensor(id, profiling_values(input, dims, seed, adversarial));
 }
 
 ProfileResult Runtime::profile(const DimMap& dims, const ProfileOptions& o) {

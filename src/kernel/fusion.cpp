@@ -40,6 +40,23 @@ std::shared_ptr<const Region> parse_cached(const std::string& text) {
   return slot;
 }
 
+// Regions stay small enough that every variant the rules grow can be lowered and
+// compiled quickly: the e-graph holds every way to cut a chain, so their number grows
+// with the square of the chain's length, and both-fused binary merges multiply.
+constexpr size_t kMaxRegionNodes = 24;
+
+// The region of an interned e-graph string, by its intern id: rules hand the same
+// strings to fuse-op many times, and hashing kilobytes of text per call dominated.
+std::shared_ptr<const Region> region_of(const Value& v) {
+  static std::mutex mutex;
+  static std::vector<std::shared_ptr<const Region>> by_id;
+  std::lock_guard lock(mutex);
+  size_t id = static_cast<size_t>(v.bits());
+  if (id >= by_id.size()) by_id.resize(id + 1);
+  if (!by_id[id]) by_id[id] = std::make_shared<Region>(parse_region(v.as_string()));
+  return by_id[id];
+}
+
 OpKind op_by_name(std::string_view name) {
   for (OpKind op : kAllOps)
     if (op_name(op) == name) return op;
@@ -118,12 +135,14 @@ void register_fusion_primitives(egraph::EGraph& eg) {
     if (a[3].kind() == ValueKind::I64) proto.axis = static_cast<int>(a[3].as_i64());
     std::vector<std::shared_ptr<const Region>> keep;
     std::vector<FuseOperand> operands;
+    size_t nodes = 1;
     for (size_t k = 4; k < a.size(); k += 4) {
       FuseOperand o;
-      std::string code(a[k].as_string());
-      if (!code.empty()) {
-        keep.push_back(parse_cached(code));
+      if (!a[k].as_string().empty()) {
+        keep.push_back(region_of(a[k]));
         o.region = keep.back().get();
+        nodes += o.region->graph.size();
+        if (nodes > kMaxRegionNodes) return std::nullopt;
       }
       o.dtype = parse_dtype(a[k + 1].as_string());
       auto s = a[k + 2].as_expr_list();

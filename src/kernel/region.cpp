@@ -76,7 +76,30 @@ std::optional<Region> build(const Node& op, std::span<const FuseOperand> operand
   r.graph.add_node(std::move(out));
   int k = 0;
   for (NodeId i : r.graph.inputs()) r.graph.mutable_node(i).label = "in" + std::to_string(k++);
-  if (!lower(r)) return std::nullopt;
+  // The lowering check is costly and the rules call fuse once per match, so skip it
+  // where the answer is known: an elementwise op whose operand regions (each already
+  // lowered when it was built) are read at the same index (identity views), at most one
+  // of them holding reductions, computes in that region's loops with nothing recomputed.
+  // Regions of elementwise ops and sources alone always lower.
+  auto has_reduction = [](const Graph& g) {
+    for (const Node& m : g.nodes())
+      if (op_category(m.op) != OpCategory::Unary && op_category(m.op) != OpCategory::Binary &&
+          op_category(m.op) != OpCategory::Source && m.op != OpKind::Output)
+        return true;
+    return false;
+  };
+  bool known = !fresh_only && (op_category(op.op) == OpCategory::Unary || op_category(op.op) == OpCategory::Binary);
+  int reducing = 0;
+  for (const auto& operand : operands) {
+    if (!known) break;
+    if (!operand.region) continue;
+    const Node& root = operand.region->graph.node(output_node(operand.region->graph));
+    bool identity = operand.view.is_contiguous() && operand.view.shape() == root.shape && root.shape == op.shape;
+    bool reduces = has_reduction(operand.region->graph);
+    reducing += reduces;
+    known = reducing <= 1 && (identity || !reduces);
+  }
+  if (!known && has_reduction(r.graph) && !lower(r)) return std::nullopt;
   return r;
 }
 

@@ -110,26 +110,6 @@ std::shared_ptr<SaturatedSegment> saturate_segment(const Graph& segment, const R
   return s;
 }
 
-// Values for a program's inputs. `adversarial` mixes in the special values a rewrite must
-// survive (+-0, +-inf, NaN, subnormals, extremes); otherwise values of both signs.
-// Integer inputs stay small and non-negative: they are mostly indexes.
-HostTensor input_values(const Node& n, const DimMap& dims, std::mt19937_64& rng, bool adversarial) {
-  auto numel = static_cast<size_t>(product(n.shape).eval(dims));
-  HostTensor t = HostTensor::zeros(n.dtype, numel);
-  std::uniform_real_distribution<double> uni(-2.0, 2.0);
-  static const double kSpecial[] = {0.0, -0.0, INFINITY, -INFINITY, NAN, 1e-40, -1e-40, 65504.0, -3.0e38, 1.0, -1.0};
-  for (size_t k = 0; k < numel; ++k) {
-    if (!is_float(n.dtype)) {
-      t.set_i64(k, static_cast<int64_t>(rng() % 2));
-    } else if (adversarial && rng() % 8 == 0) {
-      t.set_f64(k, kSpecial[rng() % std::size(kSpecial)]);
-    } else {
-      t.set_f64(k, uni(rng));
-    }
-  }
-  return t;
-}
-
 // Do two outputs agree? NaN must meet NaN, infinities must match exactly, finite values
 // within a tolerance for the dtype (rewrites may reassociate sums).
 std::optional<std::string> compare_outputs(const HostTensor& got, const HostTensor& want) {
@@ -156,14 +136,11 @@ class SegmentProfiler {
                   CompileReport& report)
       : seg_(seg), o_(o), dims_(std::move(dims)), report_(report), rt_(target.fresh()) {}
 
-  // The inputs, set once (the runtime keeps them where it runs: on its device).
+  // The inputs are made once, by the runtime, where it keeps them (after the first
+  // program is loaded, so the runtime knows them).
   void set_inputs(bool adversarial, uint64_t seed) {
-    std::mt19937_64 rng(seed);
-    for (NodeId i = 0; i < seg_.graph->size(); ++i) {
-      const Node& n = seg_.graph->node(i);
-      if (n.op != OpKind::Input) continue;
-      pending_inputs_.emplace_back(i, input_values(n, dims_, rng, adversarial));
-    }
+    adversarial_ = adversarial;
+    seed_ = seed;
   }
 
   std::vector<search::Evaluation> evaluate(std::span<const search::Genome> batch) {
@@ -241,8 +218,12 @@ class SegmentProfiler {
     try {
       auto t0 = clock_type::now();
       rt_->load_program(0, candidate.program, candidate.io_of);
-      for (auto& [id, t] : pending_inputs_) rt_->set_tensor(id, std::move(t));
-      pending_inputs_.clear();
+      if (!inputs_filled_) {
+        for (NodeId i = 0; i < seg_.graph->size(); ++i)
+          if (seg_.graph->node(i).op == OpKind::Input)
+            rt_->fill_profiling_input(i, seg_.graph->node(i), dims_, seed_ + i, adversarial_);
+        inputs_filled_ = true;
+      }
       report_.setup_s += since(t0);
       ProfileOptions po;
       po.trials = o_.trials_;
@@ -287,7 +268,8 @@ class SegmentProfiler {
   DimMap dims_;
   CompileReport& report_;
   std::unique_ptr<Runtime> rt_;
-  std::vector<std::pair<NodeId, HostTensor>> pending_inputs_;
+  bool adversarial_ = false, inputs_filled_ = false;
+  uint64_t seed_ = 0;
   std::vector<std::pair<NodeId, HostTensor>> reference_;
   std::unordered_map<uint64_t, search::Evaluation> seen_;
   std::vector<std::pair<size_t, size_t>> pending_dups_;
@@ -323,11 +305,10 @@ std::optional<std::string> verify_choice(const SaturatedSegment& seg, const Runt
   auto b = search::extract(seg.lowered, seg.space, source);
   LUMINAL_ASSERT(a && b, "verify: programs must extract");
   for (int round = 0; round < 2; ++round) {  // values of both signs, then special values
-    std::mt19937_64 rng(seed + round);
     std::vector<std::pair<NodeId, HostTensor>> inputs;
     for (NodeId i = 0; i < seg.graph->size(); ++i)
       if (seg.graph->node(i).op == OpKind::Input)
-        inputs.emplace_back(i, input_values(seg.graph->node(i), dims, rng, round == 1));
+        inputs.emplace_back(i, profiling_values(seg.graph->node(i), dims, seed + 1000 * round + i, round == 1));
     auto got = run_once(target, *a, inputs, dims);
     auto want = run_once(target, *b, inputs, dims);
     if (want.index() == 1) return std::nullopt;  // the unrewritten program itself rejects these inputs
