@@ -97,16 +97,6 @@ Signature declare_signature(EGraph& g) {
 }
 
 
-// The stride of a view axis: offset(z) == stride * z + c with no padding.
-std::optional<Expression> view_axis_stride(const ViewDim& d) {
-  if (!(d.valid == Expression(1))) return std::nullopt;
-  Expression z = Expression::index();
-  Expression at0 = d.offset.substitute(Expression::kIndexName, 0);
-  Expression stride = d.offset.substitute(Expression::kIndexName, 1) - at0;
-  if (!(stride * z + at0 == d.offset) && !(at0 + stride * z == d.offset)) return std::nullopt;
-  return stride;
-}
-
 // Host primitives for rule guards over views.
 void register_view_primitives(EGraph& g) {
   // (view-identity ?view ?shape): the view reads a contiguous buffer of exactly ?shape.
@@ -228,6 +218,16 @@ void register_view_primitives(EGraph& g) {
 }
 
 }  // namespace
+
+// The stride of a view axis: offset(z) == stride * z + c with no padding.
+std::optional<Expression> view_axis_stride(const ViewDim& d) {
+  if (!(d.valid == Expression(1))) return std::nullopt;
+  Expression z = Expression::index();
+  Expression at0 = d.offset.substitute(Expression::kIndexName, 0);
+  Expression stride = d.offset.substitute(Expression::kIndexName, 1) - at0;
+  if (!(stride * z + at0 == d.offset) && !(at0 + stride * z == d.offset)) return std::nullopt;
+  return stride;
+}
 
 Value encode_view(const ShapeTracker& view) {
   std::vector<Expression> flat;

@@ -20,6 +20,9 @@
 namespace luminal::search {
 
 egraph::Value encode_view(const ShapeTracker& view);
+// The element stride of a view axis whose offset is linear in its index (stride * z + c)
+// and which has no padding; nullopt otherwise.
+std::optional<Expression> view_axis_stride(const ViewDim& d);
 ShapeTracker decode_view(const egraph::Value& v);
 
 struct Signature;  // constructor ids of the IR datatype

@@ -1,0 +1,155 @@
+// The CPU backend against the reference interpreter: ops through the tensor API (views,
+// symbolic dims, dtypes), matmul layouts, models blocks, and genome fuzzing.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+#include <random>
+
+#include "../../../tests/search/test_graphs.hpp"
+#include "luminal/cpu/cpu_runtime.hpp"
+#include "luminal/luminal.hpp"
+
+using namespace luminal;
+
+namespace {
+
+bool same_value(double a, double b, double tol) {
+  if (std::isnan(a) || std::isnan(b)) return std::isnan(a) && std::isnan(b);
+  if (std::isinf(a) || std::isinf(b)) return a == b;
+  return std::abs(a - b) <= tol * (1 + std::abs(b));
+}
+
+HostTensor varied(DType dt, size_t n, uint32_t seed, bool specials) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<double> dist(0.0, 1.5);
+  const double special[] = {0.0, -0.0, INFINITY, -INFINITY, NAN, -1.0, 3.0};
+  HostTensor t = HostTensor::zeros(dt, n);
+  for (size_t k = 0; k < n; ++k) {
+    if (!is_float(dt)) t.set_i64(k, static_cast<int64_t>(rng() % 7) - 3);
+    else t.set_f64(k, specials && rng() % 8 == 0 ? special[rng() % std::size(special)] : dist(rng));
+  }
+  return t;
+}
+
+// Build a graph, compile it for the CPU backend and the reference runtime, run both on
+// the same varied data (for every dims map given) and compare every output.
+void check(const std::string& what, const std::function<std::vector<GraphTensor>(Graph&, std::vector<GraphTensor>&)>& build,
+           std::vector<DimMap> dim_sets = {{}}, bool specials = true, double tol = 1e-4,
+           CompileOptions options = CompileOptions().search_graph_limit(8).trials(1)) {
+  Graph cx;
+  std::vector<GraphTensor> inputs;
+  auto outputs = build(cx, inputs);
+  for (auto& o : outputs) o = o.output();
+  for (const auto& [k, v] : dim_sets.front()) cx.set_dim(k, v);
+  auto cpu = cx.compile(cpu::CpuRuntime{}, options);
+  auto ref = cx.compile(ReferenceRuntime{}, CompileOptions().search_graph_limit(1));
+  uint32_t seed = 1;
+  for (const auto& dims : dim_sets) {
+    for (auto& in : inputs) {
+      DimMap all = cx.dim_map();
+      for (const auto& [k, v] : dims) all[k] = v;
+      HostTensor t = varied(in.dtype(), static_cast<size_t>(in.numel().eval(all)), seed++, specials);
+      cpu.set_data(in, t);
+      ref.set_data(in, t);
+    }
+    DimMap all = cx.dim_map();
+    for (const auto& [k, v] : dims) all[k] = v;
+    cpu.execute(all);
+    ref.execute(all);
+    for (size_t o = 0; o < outputs.size(); ++o) {
+      auto got = cpu.get(outputs[o]).to_f64(), want = ref.get(outputs[o]).to_f64();
+      ASSERT_EQ(got.size(), want.size()) << what;
+      double t = outputs[o].dtype() == DType::BF16 ? 2e-2 : outputs[o].dtype() == DType::F16 ? 1e-2 : tol;
+      for (size_t k = 0; k < got.size(); ++k)
+        ASSERT_TRUE(same_value(got[k], want[k], t)) << what << " output " << o << " element " << k << ": " << got[k]
+                                                    << " instead of " << want[k];
+    }
+  }
+}
+
+}  // namespace
+
+TEST(CpuBackend, ElementwiseAndReductions) {
+  for (DType dt : {DType::F32, DType::F16, DType::BF16}) {
+    check(std::string("unary ") + std::string(dtype_name(dt)), [dt](Graph& cx, std::vector<GraphTensor>& in) {
+      auto x = cx.tensor({7, 13}, dt);
+      in = {x};
+      return std::vector<GraphTensor>{x.exp(), x.log(), x.sin(), x.sqrt(), x.reciprocal(), x.abs(), x.relu(),
+                                      x.sigmoid(), x.tanh(), x.sum({1}), x.max({0}), x.mean({1})};
+    });
+  }
+  check("binary with broadcast and transposed views", [](Graph& cx, std::vector<GraphTensor>& in) {
+    auto a = cx.tensor({5, 9});
+    auto b = cx.tensor({9, 5});
+    auto c = cx.tensor({9});
+    in = {a, b, c};
+    return std::vector<GraphTensor>{a + b.t(), a * c, a - c, a / (b.t() + 3.0), a.maximum(b.t()), a.lt(b.t()).cast(DType::F32),
+                                    a % (c + 5.0)};
+  });
+  check("integers", [](Graph& cx, std::vector<GraphTensor>& in) {
+    auto a = cx.tensor({4, 6}, DType::I32);
+    auto b = cx.tensor({6}, DType::I32);
+    in = {a, b};
+    return std::vector<GraphTensor>{a + b, a * b, a.sum({0}), a.max({1}), (a * 3 + b).cast(DType::F32)};
+  });
+}
+
+TEST(CpuBackend, FusedNormsAndSoftmax) {
+  check("softmax / norms", [](Graph& cx, std::vector<GraphTensor>& in) {
+    auto x = cx.tensor({6, 33});
+    auto w = cx.tensor({33});
+    in = {x, w};
+    return std::vector<GraphTensor>{x.softmax(1), x.rms_norm(1, w, 1e-5), x.layer_norm(1, std::nullopt, std::nullopt, 1e-5), x.gelu_tanh(), x.silu()};
+  }, {{}}, /*specials=*/false);
+}
+
+TEST(CpuBackend, MatmulLayouts) {
+  check("matmul layouts", [](Graph& cx, std::vector<GraphTensor>& in) {
+    auto a = cx.tensor({17, 31});
+    auto b = cx.tensor({31, 9});
+    auto bt = cx.tensor({9, 31});
+    auto at = cx.tensor({31, 17});
+    auto ba = cx.tensor({3, 17, 31});
+    auto bb = cx.tensor({3, 31, 9});
+    in = {a, b, bt, at, ba, bb};
+    return std::vector<GraphTensor>{a.matmul(b), a.matmul(bt.t()), at.t().matmul(b), ba.matmul(bb), ba.matmul(b),
+                                    a.linear(bt)};
+  }, {{}}, /*specials=*/false, 1e-4);
+}
+
+TEST(CpuBackend, SymbolicDimsRunWithoutRecompiling) {
+  check("symbolic seq", [](Graph& cx, std::vector<GraphTensor>& in) {
+    Expression seq = Expression::var("seq");
+    auto x = cx.tensor({seq, 8});
+    auto w = cx.tensor({8, 8});
+    in = {x, w};
+    return std::vector<GraphTensor>{x.matmul(w).softmax(1), (x * 2.0).sum({0})};
+  }, {{{"seq", 5}}, {{"seq", 11}}, {{"seq", 1}}}, /*specials=*/false);
+}
+
+TEST(CpuBackend, GatherAndEmbedding) {
+  check("embedding", [](Graph& cx, std::vector<GraphTensor>& in) {
+    auto table = cx.tensor({10, 6});
+    auto ids = cx.tensor({4}, DType::I32);
+    in = {table, ids};
+    return std::vector<GraphTensor>{table.embedding(ids + 3)};
+  }, {{}}, false);
+}
+
+TEST(CpuBackend, TransformerBlockMatchesReference) {
+  luminal::testing::TestModel m;
+  luminal::testing::build_transformer_block(m);
+  auto cpu = m.cx.compile(cpu::CpuRuntime{}, CompileOptions().search_graph_limit(20).trials(1));
+  ReferenceRuntime ref;
+  std::vector<NodeId> ids(m.cx.size());
+  for (NodeId i = 0; i < ids.size(); ++i) ids[i] = i;
+  ref.load(m.cx, ids);
+  luminal::testing::fill_random(cpu, m);
+  luminal::testing::fill_random(ref, m);
+  cpu.execute(m.cx.dim_map());
+  ref.execute(m.cx.dim_map());
+  auto got = cpu.get_f32(m.outputs[0]), want = ref.get_f32(m.outputs[0]);
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t k = 0; k < got.size(); ++k) ASSERT_NEAR(got[k], want[k], 1e-4 * (1 + std::abs(want[k]))) << k;
+}
