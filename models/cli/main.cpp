@@ -13,6 +13,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "luminal/cpu/cpu_runtime.hpp"
+
 #include "luminal/error.hpp"
 #include "luminal/models/generate.hpp"
 #include "luminal/models/tokenizer.hpp"
@@ -116,7 +118,18 @@ struct GenerateCliOptions {
   bool chat = false;
   int64_t max_seq = 0;
   bool verbose = false;
+  std::string device = "cpu";
+  double search_seconds = 5;
 };
+
+// Compile a model for the runtime named by --device.
+luminal::models::Generator compile_for(luminal::models::CausalLM model, const std::string& device,
+                                       luminal::CompileOptions options) {
+  using luminal::models::Generator;
+  if (device == "cpu") return Generator::compile(std::move(model), luminal::cpu::CpuRuntime{}, options);
+  if (device == "reference") return Generator::compile(std::move(model), luminal::ReferenceRuntime{}, options);
+  luminal::fail("--device: unknown device '", device, "' (cpu, reference)");
+}
 
 // Text of the generated ids, minus a trailing incomplete UTF-8 sequence (shown as U+FFFD
 // by decode) that the next token may complete.
@@ -150,8 +163,12 @@ void run_generate(const GenerateCliOptions& o) {
     const int64_t need = longest + std::max<int64_t>(o.max_tokens, 1);
     mo.max_seq_len = std::min<int64_t>(config.max_position_embeddings, need);
   }
-  Generator gen = Generator::compile(CausalLM::from_pretrained(o.model, mo), luminal::ReferenceRuntime{},
-                                     luminal::CompileOptions{}.verbose(o.verbose));
+  luminal::CompileReport report;
+  Generator gen = compile_for(CausalLM::from_pretrained(o.model, mo), o.device,
+                              luminal::CompileOptions{}
+                                  .verbose(o.verbose)
+                                  .report(&report)
+                                  .search_time_limit(std::chrono::duration<double>(o.search_seconds)));
   double setup = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
   for (size_t i = 0; i < prompts.size(); ++i) {
@@ -189,7 +206,9 @@ void run_generate(const GenerateCliOptions& o) {
     stats.precision(2);
     stats << "tokens/s: " << r.decode_tokens_per_second << "\n";
     stats.precision(1);
-    if (i == 0) stats << "load+compile: " << setup * 1e3 << " ms (reference runtime)\n";
+    if (i == 0)
+      stats << "compile: " << report.total_s * 1e3 << " ms, load+compile: " << setup * 1e3 << " ms (" << o.device
+            << " backend)\n";
     std::cout << stats.str();
   }
 }
@@ -212,6 +231,11 @@ void add_generate(CLI::App& app) {
   sub->add_flag("--chat", opts->chat, "wrap the prompt in the tokenizer's chat template");
   sub->add_option("--max-seq", opts->max_seq, "KV-cache length (default: prompt + max tokens)");
   sub->add_flag("--verbose,-v", opts->verbose, "print the compiler's report on stderr");
+  sub->add_option("--device,-d", opts->device, "where to run: cpu (compiled kernels) or reference (the interpreter)")
+      ->capture_default_str();
+  sub->add_option("--search-seconds", opts->search_seconds,
+                  "compile-time budget of the search (measuring candidate programs on this machine)")
+      ->capture_default_str();
   sub->callback([opts] { run_generate(*opts); });
 }
 
@@ -222,6 +246,7 @@ struct DebugLogitsOptions {
   int64_t steps = 10;
   int64_t max_seq = 0;
   bool verbose = false;
+  std::string device = "cpu";
 };
 
 void run_debug_logits(const DebugLogitsOptions& o) {
@@ -243,8 +268,8 @@ void run_debug_logits(const DebugLogitsOptions& o) {
   mo.all_logits = true;
   mo.max_seq_len = o.max_seq > 0 ? o.max_seq : static_cast<int64_t>(ids.size()) + o.steps + 1;
   auto t0 = std::chrono::steady_clock::now();
-  Generator gen = Generator::compile(CausalLM::from_pretrained(o.model, mo), luminal::ReferenceRuntime{},
-                                     luminal::CompileOptions{}.verbose(o.verbose));
+  Generator gen = compile_for(CausalLM::from_pretrained(o.model, mo), o.device,
+                              luminal::CompileOptions{}.verbose(o.verbose));
   const double load = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const int64_t vocab = gen.model().config().vocab_size;
   auto rows = [&](const std::vector<float>& flat) {
@@ -286,6 +311,7 @@ void add_debug_logits(CLI::App& app) {
   sub->add_option("--steps", opts->steps, "greedy decode steps after the prefill");
   sub->add_option("--max-seq", opts->max_seq, "KV-cache length (default: ids + steps + 1)");
   sub->add_flag("--verbose,-v", opts->verbose, "print the compiler's report on stderr");
+  sub->add_option("--device,-d", opts->device, "cpu or reference");
   sub->callback([opts] { run_debug_logits(*opts); });
 }
 

@@ -1,5 +1,6 @@
 #include "luminal/kernel/fusion.hpp"
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -55,6 +56,28 @@ std::shared_ptr<const Region> region_of(const Value& v) {
   if (id >= by_id.size()) by_id.resize(id + 1);
   if (!by_id[id]) by_id[id] = std::make_shared<Region>(parse_region(v.as_string()));
   return by_id[id];
+}
+
+// Is the region's result a product whose two operands are each broadcast along an axis
+// the other is not (the [.., m, n, k] Mul a matmul reduces)?
+bool is_matmul_product(const Graph& g) {
+  const Node* root = nullptr;
+  for (const Node& n : g.nodes())
+    if (n.op == OpKind::Output) root = &g.node(n.inputs[0].node);
+  if (!root || root->op != OpKind::Mul || root->inputs.size() != 2) return false;
+  auto broadcast_axes = [](const ShapeTracker& v) {
+    std::vector<size_t> axes;
+    for (size_t d = 0; d < v.rank(); ++d) {
+      const ViewDim& dim = v.dims()[d];
+      if (!(dim.size == Expression(1)) && !dim.offset.depends_on(Expression::kIndexName)) axes.push_back(d);
+    }
+    return axes;
+  };
+  auto a = broadcast_axes(root->inputs[0].view), b = broadcast_axes(root->inputs[1].view);
+  bool a_only = false, b_only = false;
+  for (size_t x : a) a_only = a_only || std::find(b.begin(), b.end(), x) == b.end();
+  for (size_t x : b) b_only = b_only || std::find(a.begin(), a.end(), x) == a.end();
+  return a_only && b_only;
 }
 
 OpKind op_by_name(std::string_view name) {
@@ -150,6 +173,12 @@ void register_fusion_primitives(egraph::EGraph& eg) {
       o.view = search::decode_view(a[k + 3]);
       operands.push_back(std::move(o));
     }
+    // A matmul (a SumReduce of a product whose operands are broadcast along different
+    // axes) is left to the backends' matmul ops: a fused loop nest would recompute its
+    // operands' producers once per output column, and the GEMM rules need the pair whole.
+    if (proto.op == OpKind::SumReduce && operands.size() == 1 && operands[0].region &&
+        is_matmul_product(operands[0].region->graph))
+      return std::nullopt;
     std::optional<Region> r = fuse(proto, operands);
     if (!r) return std::nullopt;
     return Value::string(serialize(*r));

@@ -367,14 +367,30 @@ bool is_ir_op(const LoweredGraph& lowered, egraph::OpId op) {
   return sig.kind_of.count(op) || lowered.backend_ops.count(op);
 }
 
-// Constructor costs; +inf for nodes extraction cannot turn into a program.
+// The number of elements of a shape with every dynamic dim at 1 (decode-sized).
+double elements_at_unit_dims(std::span<const Expression> shape) {
+  double n = 1;
+  for (const auto& d : shape) {
+    Expression e = d;
+    for (const auto& v : d.variables()) e = e.substitute(v, 1);
+    n *= static_cast<double>(e.as_constant().value_or(1));
+  }
+  return n;
+}
+
+// Constructor cost scaled by the elements the node writes (a materialised product k times
+// larger than its sum costs k times more), plus the children; +inf for nodes extraction
+// cannot turn into a program.
 egraph::CostFn extraction_cost(const LoweredGraph& lowered) {
   const Signature& sig = *lowered.signature;
   return [&lowered, &sig](const EGraph& g, egraph::NodeId n, std::span<const double> child_costs) {
     egraph::OpId op = g.node(n).op;
     egraph::SortId sort = g.op(op).sort;
-    if (sort == sig.ir && !is_ir_op(lowered, op)) return std::numeric_limits<double>::infinity();
-    return egraph::ast_size(g, n, child_costs);
+    if (sort != sig.ir) return egraph::ast_size(g, n, child_costs);
+    if (!is_ir_op(lowered, op)) return std::numeric_limits<double>::infinity();
+    double c = g.op(op).cost * (1.0 + elements_at_unit_dims(g.node_arg(n, 1).as_expr_list()) / 4096.0);
+    for (double x : child_costs) c += x;
+    return c;
   };
 }
 

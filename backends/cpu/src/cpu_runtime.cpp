@@ -1,6 +1,10 @@
 #include "luminal/cpu/cpu_runtime.hpp"
 
 #include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
 #include <cstring>
 #include <mutex>
 #include <unordered_map>
@@ -22,6 +26,9 @@ namespace {
 using egraph::Value;
 using egraph::ValueKind;
 using KernelEntry = void (*)(void* const*, const int64_t*, int64_t, int64_t);
+// Below these sizes a step runs on the calling thread.
+constexpr int64_t kSerialElements = 1 << 15;
+constexpr int64_t kSerialMacs = 1 << 18;
 
 struct CompiledKernel {
   kernel::Kernel kernel;
@@ -60,48 +67,74 @@ std::optional<std::string> region_text(const Graph& g, const Node& n) {
   return kernel::serialize(*region);
 }
 
-// Views of a matmul's operands at the Mul's shape [batch?, m, n, k] as GEMM arguments.
+// One matmul operand, read through its view at the Mul's shape [batch?, m, n, k]: either
+// directly (every axis a linear stride) or, when the view is not linear (a reshape of
+// merged dims), after a copy kernel writes it contiguously.
+struct GemmOperand {
+  bool copy = false;
+  Expression offset = 0, row = 0, col = 0, batch = 0;  // element strides (row: m or k, col: k or n)
+  ShapeTracker copy_view;                               // copy: the view without the broadcast axis
+};
 struct GemmLayout {
   int rank = 0;
   Expression batch = 1, m, n, k;
-  Expression a_offset, a_row, a_col, a_batch = 0;
-  Expression b_offset, b_row, b_col, b_batch = 0;  // b_row: along k, b_col: along n
+  GemmOperand a, b;  // a: rows m, cols k; b: rows k, cols n
 };
+
+// `skip` is the operand's broadcast axis; `row_axis`/`col_axis` index its matrix dims.
+std::optional<GemmOperand> gemm_operand(const ShapeTracker& v, int skip, int row_axis, int col_axis) {
+  const int r = static_cast<int>(v.rank());
+  const ViewDim& bc = v.dims()[skip];
+  if (bc.offset.depends_on(Expression::kIndexName) || !(bc.valid == Expression(1))) return std::nullopt;
+  GemmOperand o;
+  std::vector<Expression> strides;
+  bool linear = v.base_valid() == Expression(1);
+  for (int d = 0; d < r && linear; ++d) {
+    auto st = search::view_axis_stride(v.dims()[d]);
+    if (!st) linear = false;
+    else strides.push_back(*st);
+  }
+  if (linear) {
+    o.offset = v.base_offset();
+    for (int d = 0; d < r; ++d) o.offset = o.offset + v.dims()[d].offset.substitute(Expression::kIndexName, 0);
+    o.row = strides[row_axis];
+    o.col = strides[col_axis];
+    if (r == 4) o.batch = strides[0];
+    return o;
+  }
+  // Not linear: copy the operand (without its broadcast axis) into a contiguous buffer.
+  std::vector<ViewDim> dims;
+  for (int d = 0; d < r; ++d)
+    if (d != skip) dims.push_back(v.dims()[d]);
+  o.copy = true;
+  o.copy_view = ShapeTracker::from_parts(std::move(dims), v.base_offset(), v.base_valid());
+  return o;
+}
+
 std::optional<GemmLayout> gemm_layout(const ShapeTracker& va, const ShapeTracker& vb) {
   int r = static_cast<int>(va.rank());
   if ((r != 3 && r != 4) || vb.rank() != va.rank()) return std::nullopt;
-  if (va.has_padding() || vb.has_padding()) return std::nullopt;
-  if (!(va.base_valid() == Expression(1)) || !(vb.base_valid() == Expression(1))) return std::nullopt;
-  std::vector<Expression> sa, sb;
-  for (int d = 0; d < r; ++d) {
-    auto x = search::view_axis_stride(va.dims()[d]);
-    auto y = search::view_axis_stride(vb.dims()[d]);
-    if (!x || !y) return std::nullopt;
-    sa.push_back(*x);
-    sb.push_back(*y);
-  }
-  // A is broadcast along n, B along m.
-  if (!(sa[r - 2] == Expression(0)) || !(sb[r - 3] == Expression(0))) return std::nullopt;
   GemmLayout g;
   g.rank = r;
   g.m = va.dims()[r - 3].size;
   g.n = va.dims()[r - 2].size;
   g.k = va.dims()[r - 1].size;
-  g.a_row = sa[r - 3];
-  g.a_col = sa[r - 1];
-  g.b_row = sb[r - 1];
-  g.b_col = sb[r - 2];
-  g.a_offset = va.base_offset();
-  g.b_offset = vb.base_offset();
-  for (int d = 0; d < r; ++d) {
-    g.a_offset = g.a_offset + va.dims()[d].offset.substitute(Expression::kIndexName, 0);
-    g.b_offset = g.b_offset + vb.dims()[d].offset.substitute(Expression::kIndexName, 0);
+  if (r == 4) g.batch = va.dims()[0].size;
+  auto a = gemm_operand(va, r - 2, r - 3, r - 1);  // A is broadcast along n
+  auto b = gemm_operand(vb, r - 3, r - 1, r - 2);  // B along m
+  if (!a || !b) return std::nullopt;
+  if (a->copy) {  // the copy is [batch?, m, k] row-major
+    a->row = g.k;
+    a->col = 1;
+    a->batch = g.m * g.k;
   }
-  if (r == 4) {
-    g.batch = va.dims()[0].size;
-    g.a_batch = sa[0];
-    g.b_batch = sb[0];
+  if (b->copy) {  // the copy is [batch?, n, k] row-major: k has stride 1, n stride k
+    b->row = 1;
+    b->col = g.k;
+    b->batch = g.n * g.k;
   }
+  g.a = std::move(*a);
+  g.b = std::move(*b);
   return g;
 }
 
@@ -112,7 +145,22 @@ struct Step {
   std::string region;                  // Kernel: its region text
   std::shared_ptr<CompiledKernel> kernel;
   std::optional<GemmLayout> gemm;      // Gemm / BlasGemm
+  std::string copy_region[2];          // Gemm: copy kernels of operands that are not linear
+  std::shared_ptr<CompiledKernel> copy_kernel[2];
 };
+
+// The region copying an operand (of `dtype`, buffer shape `shape`) through `view` into a
+// contiguous buffer.
+std::string copy_region(DType dtype, const Shape& shape, const ShapeTracker& view) {
+  Node proto;
+  proto.op = OpKind::Cast;
+  proto.dtype = dtype;
+  proto.shape = view.shape();
+  kernel::FuseOperand in{nullptr, dtype, shape, view};
+  auto region = kernel::singleton(proto, std::span<const kernel::FuseOperand>(&in, 1));
+  LUMINAL_CHECK(region.has_value(), "cpu: a matmul operand copy cannot be lowered");
+  return kernel::serialize(*region);
+}
 
 struct ProgramPlan {
   Graph graph;
@@ -170,10 +218,28 @@ struct CpuRuntime::Shared {
 };
 
 struct CpuRuntime::State {
+  // LUMINAL_CPU_PROFILE=1: time every step and print the slowest on destruction.
+  bool profile_steps = std::getenv("LUMINAL_CPU_PROFILE") != nullptr;
+  std::map<std::string, std::pair<double, int64_t>> step_time;  // description -> (seconds, runs)
+  ~State() {
+    if (!profile_steps || step_time.empty()) return;
+    std::vector<std::pair<double, std::string>> rows;
+    for (auto& [what, t] : step_time) {
+      std::string row = std::to_string(t.second);
+      row += "x ";
+      row += what;
+      rows.emplace_back(t.first, std::move(row));
+    }
+    std::sort(rows.rbegin(), rows.rend());
+    std::fprintf(stderr, "cpu profile (slowest steps):\n");
+    for (size_t i = 0; i < rows.size() && i < 12; ++i)
+      std::fprintf(stderr, "  %9.3f ms  %s\n", rows[i].first * 1e3, rows[i].second.substr(0, 400).c_str());
+  }
   std::shared_ptr<Shared> shared;
   std::vector<ProgramPlan> slots;
   std::unordered_map<NodeId, HostTensor> data;  // by external id
   std::vector<std::byte> arena;
+  std::vector<std::byte> scratch[2];  // matmul operands copied contiguously
   int64_t last_arena = 0;
 
   const Node* find_io(NodeId ext) const {
@@ -252,6 +318,14 @@ void CpuRuntime::load_program(size_t slot, const Graph& program, std::vector<Nod
       step.kind = n.backend->name == "CpuGemm" ? StepKind::Gemm : StepKind::BlasGemm;
       step.gemm = gemm_layout(n.inputs[0].view, n.inputs[1].view);
       LUMINAL_CHECK(step.gemm.has_value(), "cpu: ", n.backend->name, " with operand views it cannot take");
+      const GemmOperand* ops[] = {&step.gemm->a, &step.gemm->b};
+      for (int o = 0; o < 2; ++o)
+        if (ops[o]->copy) {
+          const Node& src = p.graph.node(n.inputs[o].node);
+          DType dt = o == 0 ? DType::F32 : src.dtype;
+          step.copy_region[o] = copy_region(dt, src.shape, ops[o]->copy_view);
+          regions.push_back(step.copy_region[o]);
+        }
     } else if (n.op == OpKind::BackendOp && n.backend->name != "Fused") {
       fail("cpu: backend op '", n.backend->name, "' is not a CPU op (was the program extracted for another backend?)");
     } else {
@@ -262,8 +336,11 @@ void CpuRuntime::load_program(size_t slot, const Graph& program, std::vector<Nod
   }
   std::sort(p.dim_names.begin(), p.dim_names.end());
   s.shared->compile(regions);
-  for (auto& step : p.steps)
+  for (auto& step : p.steps) {
     if (step.kind == StepKind::Kernel) step.kernel = s.shared->get(step.region);
+    for (int o = 0; o < 2; ++o)
+      if (!step.copy_region[o].empty()) step.copy_kernel[o] = s.shared->get(step.copy_region[o]);
+  }
   s.slots[slot] = std::move(p);
 }
 
@@ -327,31 +404,62 @@ void CpuRuntime::run(size_t slot, const DimMap& dims) {
 
   ThreadPool& pool = ThreadPool::global();
   std::vector<int64_t> dim_values;
+  auto ptr_inputs = [&](const Node& n) {
+    std::vector<std::byte*> ins;
+    for (const auto& in : n.inputs) ins.push_back(ptr[in.node]);
+    return ins;
+  };
+  // Run a compiled kernel on `inputs` -> `out`, on the pool unless it is small.
+  auto launch = [&](const CompiledKernel& ck, const Node& n, const std::vector<std::byte*>& inputs, std::byte* out) {
+    const kernel::Kernel& k = ck.kernel;
+    std::vector<void*> buffers(inputs.begin(), inputs.end());
+    buffers.push_back(out);
+    int32_t error = 0;
+    buffers.push_back(&error);
+    dim_values.clear();
+    for (const auto& d : k.dim_names) dim_values.push_back(dims.at(d));
+    int64_t extent = k.extent.eval(dims);
+    int64_t grain = std::max<int64_t>(1, extent / (4 * pool.num_threads()));
+    KernelEntry entry = ck.entry;
+    // Waking the pool costs microseconds (milliseconds on a loaded machine): small
+    // kernels run on this thread.
+    if (extent <= grain || k.output_numel.eval(dims) < kSerialElements)
+      entry(buffers.data(), dim_values.data(), 0, extent);
+    else
+      pool.parallel_for(0, extent, grain, [&](int64_t b, int64_t e) { entry(buffers.data(), dim_values.data(), b, e); });
+    if (error != 0) {
+      const char* what = error == 1 ? "integer modulo by zero" : error == 2 ? "gather index out of range"
+                                                                            : "scatter index out of range";
+      fail(n.user_op.empty() ? std::string(op_name(n.op)) : n.user_op, ": ", what);
+    }
+  };
   for (const Step& step : p.steps) {
     check_deadline();
     const Node& n = g.node(step.node);
-    switch (step.kind) {
-      case StepKind::Kernel: {
-        const kernel::Kernel& k = step.kernel->kernel;
-        std::vector<void*> buffers;
-        for (const auto& in : n.inputs) buffers.push_back(ptr[in.node]);
-        buffers.push_back(ptr[step.node]);
-        int32_t error = 0;
-        buffers.push_back(&error);
-        dim_values.clear();
-        for (const auto& d : k.dim_names) dim_values.push_back(dims.at(d));
-        int64_t extent = k.extent.eval(dims);
-        int64_t grain = std::max<int64_t>(1, extent / (4 * pool.num_threads()));
-        KernelEntry entry = step.kernel->entry;
-        if (extent <= grain) entry(buffers.data(), dim_values.data(), 0, extent);
-        else pool.parallel_for(0, extent, grain, [&](int64_t b, int64_t e) { entry(buffers.data(), dim_values.data(), b, e); });
-        if (error != 0) {
-          const char* what = error == 1 ? "integer modulo by zero" : error == 2 ? "gather index out of range"
-                                                                                : "scatter index out of range";
-          fail(n.user_op.empty() ? std::string(op_name(n.op)) : n.user_op, ": ", what);
+    auto step_start = std::chrono::steady_clock::now();
+    struct StepTimer {
+      State& s;
+      const Step& step;
+      const Node& n;
+      std::chrono::steady_clock::time_point t0;
+      ~StepTimer() {
+        if (!s.profile_steps) return;
+        std::string what = n.op == OpKind::BackendOp ? n.backend->name : std::string(op_name(n.op));
+        what += ' ';
+        what += to_string(n.shape);
+        if (step.kind == StepKind::Kernel) {
+          what += ' ';
+          what += step.region;
         }
-        break;
+        auto& slot = s.step_time[what];
+        slot.first += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        slot.second++;
       }
+    } timer{s, step, n, step_start};
+    switch (step.kind) {
+      case StepKind::Kernel:
+        launch(*step.kernel, n, ptr_inputs(n), ptr[step.node]);
+        break;
       case StepKind::Gemm:
       case StepKind::BlasGemm: {
         const GemmLayout& l = *step.gemm;
@@ -361,19 +469,36 @@ void CpuRuntime::run(size_t slot, const DimMap& dims) {
         a.k = l.k.eval(dims);
         a.batch = l.batch.eval(dims);
         const DType b_dtype = g.node(n.inputs[1].node).dtype;
-        a.a = reinterpret_cast<const float*>(ptr[n.inputs[0].node]) + l.a_offset.eval(dims);
-        a.a_row_stride = l.a_row.eval(dims);
-        a.a_col_stride = l.a_col.eval(dims);
-        a.a_batch_stride = l.a_batch.eval(dims);
-        a.b = ptr[n.inputs[1].node] + l.b_offset.eval(dims) * static_cast<int64_t>(dtype_bytes(b_dtype));
+        std::byte* operand[2] = {ptr[n.inputs[0].node], ptr[n.inputs[1].node]};
+        const GemmOperand* ops[] = {&l.a, &l.b};
+        for (int o = 0; o < 2; ++o) {
+          if (!ops[o]->copy) continue;
+          const DType dt = o == 0 ? DType::F32 : b_dtype;
+          auto& buf = s.scratch[o];
+          size_t bytes = static_cast<size_t>(product(ops[o]->copy_view.shape()).eval(dims)) * dtype_bytes(dt);
+          if (buf.size() < bytes) buf.resize(bytes);
+          launch(*step.copy_kernel[o], n, {operand[o]}, buf.data());
+          operand[o] = buf.data();
+        }
+        a.a = reinterpret_cast<const float*>(operand[0]) + (l.a.copy ? 0 : l.a.offset.eval(dims));
+        a.a_row_stride = l.a.row.eval(dims);
+        a.a_col_stride = l.a.col.eval(dims);
+        a.a_batch_stride = l.a.batch.eval(dims);
+        a.b = operand[1] + (l.b.copy ? 0 : l.b.offset.eval(dims)) * static_cast<int64_t>(dtype_bytes(b_dtype));
         a.b_dtype = b_dtype;
-        a.b_row_stride = l.b_row.eval(dims);
-        a.b_col_stride = l.b_col.eval(dims);
-        a.b_batch_stride = l.b_batch.eval(dims);
+        a.b_row_stride = l.b.row.eval(dims);
+        a.b_col_stride = l.b.col.eval(dims);
+        a.b_batch_stride = l.b.batch.eval(dims);
         a.c = reinterpret_cast<float*>(ptr[step.node]);
         a.c_row_stride = a.n;
         a.c_batch_stride = a.m * a.n;
-        if (step.kind == StepKind::Gemm || !blas_gemm(a)) gemm(a);
+        if (a.batch * a.m * a.n * a.k < kSerialMacs) {
+          // Small products run on this thread: inside a (single-chunk) pool task, gemm
+          // runs serially.
+          pool.parallel_for(0, 1, 1, [&](int64_t, int64_t) { gemm(a); });
+        } else if (step.kind == StepKind::Gemm || !blas_gemm(a)) {
+          gemm(a);
+        }
         break;
       }
       case StepKind::Custom: {
