@@ -167,8 +167,10 @@ struct ProgramPlan {
   std::vector<NodeId> external_ids;
   std::unordered_map<NodeId, NodeId> program_of;  // external id -> program node
   std::vector<Step> steps;
-  // Arena layouts by the dims they were planned for.
-  std::map<std::vector<int64_t>, plan::MemoryPlan> arenas;
+  // The arena layout, planned for the largest size each buffer has had so far; dims that
+  // fit it (most decode steps) reuse it without planning.
+  std::vector<plan::BufferUse> planned_uses;
+  plan::MemoryPlan arena;
   std::vector<std::string> dim_names;  // every dim the program mentions, sorted
 };
 
@@ -391,12 +393,21 @@ void CpuRuntime::run(size_t slot, const DimMap& dims) {
                   it->second.numel(), " elements but its shape ", to_string(n.shape), " needs ", expect);
     ptr[i] = it->second.bytes.data();
   }
-  // Everything else lives in the arena, planned once per dims.
-  auto found = p.arenas.find(key);
-  if (found == p.arenas.end())
-    found = p.arenas.emplace(key, plan::plan_program(g, dims, [&](NodeId id) { return g.node(id).op != OpKind::Input; }))
-                .first;
-  const plan::MemoryPlan& arena = found->second;
+  // Everything else lives in the arena.
+  auto needs_buffer = [&](NodeId id) { return g.node(id).op != OpKind::Input; };
+  plan::ProgramBuffers now = plan::program_buffers(g, dims, needs_buffer);
+  bool fits = p.planned_uses.size() == now.uses.size();
+  for (size_t i = 0; fits && i < now.uses.size(); ++i) fits = now.uses[i].bytes <= p.planned_uses[i].bytes;
+  if (!fits) {
+    if (p.planned_uses.size() == now.uses.size())
+      for (size_t i = 0; i < now.uses.size(); ++i) now.uses[i].bytes = std::max(now.uses[i].bytes, p.planned_uses[i].bytes);
+    plan::MemoryPlan packed = plan::pack(now.uses);
+    p.arena = packed;
+    p.arena.offsets.assign(g.size(), plan::kNotInArena);
+    for (size_t i = 0; i < now.nodes.size(); ++i) p.arena.offsets[now.nodes[i]] = packed.offsets[i];
+    p.planned_uses = std::move(now.uses);
+  }
+  const plan::MemoryPlan& arena = p.arena;
   if (static_cast<int64_t>(s.arena.size()) < arena.arena_bytes) s.arena.resize(static_cast<size_t>(arena.arena_bytes));
   s.last_arena = arena.arena_bytes;
   for (NodeId i = 0; i < g.size(); ++i)
