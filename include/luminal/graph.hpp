@@ -60,6 +60,7 @@ struct Node {
   bool persist = false;           // Input: buffer survives execute
   NodeId updates = kNoNode;       // Output: after execute, this Input's buffer becomes the output
   std::shared_ptr<const CustomOp> custom;
+  std::string user_op;  // the tensor-API op this node was decomposed from ("softmax"), for errors
 };
 
 class GraphTensor;
