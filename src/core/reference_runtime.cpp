@@ -165,7 +165,7 @@ struct ReferenceRuntime::State {
   static int64_t readi(const Buffer& b, int64_t p) { return p < 0 ? 0 : b.geti(static_cast<size_t>(p)); }
 
   void check_in_bounds(const Buffer& b, const ResolvedView& v, const Node& n, size_t which) const {
-    if (v.numel == 0) return;
+    if (v.numel == 0 || !v.base_valid) return;  // nothing read, or all of it padding
     int64_t hi = v.base, lo = v.base;
     for (size_t d = 0; d < v.sizes.size(); ++d) {
       int64_t dmin = std::numeric_limits<int64_t>::max(), dmax = std::numeric_limits<int64_t>::min();

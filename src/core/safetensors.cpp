@@ -47,7 +47,9 @@ SafetensorsFile SafetensorsFile::open(const std::string& path) {
     fail("safetensors: '", path, "' has a malformed JSON header: ", e.what());
   }
   LUMINAL_CHECK(header.is_object(), "safetensors: '", path, "' header is not a JSON object");
-  for (auto& [name, info] : header.items()) {
+  for (auto& item : header.items()) {
+    const std::string name = item.key();  // a named copy: lambdas below capture it (clang 14)
+    auto& info = item.value();
     if (name == "__metadata__") continue;
     auto bad = [&](const std::string& why) { fail("safetensors: '", path, "' tensor '", name, "': ", why); };
     if (!info.is_object() || !info.contains("dtype") || !info.contains("shape") || !info.contains("data_offsets"))

@@ -23,8 +23,10 @@ GraphTensor GraphTensor::reshape(const Shape& shape_in) const {
   LUMINAL_CHECK(product(shape) == numel(), "reshape: cannot reshape ", to_string(this->shape()), " (", numel(),
                 " elements) into ", to_string(shape_in), " (", product(shape), " elements)");
   if (auto v = view_.reshape(shape)) return GraphTensor(graph_, id_, *v, dtype_);
+  // The copy is a row-major buffer of the same elements: any shape of that many elements
+  // reads it contiguously (the view's own reshape may refuse, e.g. with a 0-sized dim).
   GraphTensor c = copy(*this);
-  return GraphTensor(graph_, c.id(), *c.view().reshape(shape), dtype_);
+  return GraphTensor(graph_, c.id(), ShapeTracker::contiguous(shape), dtype_);
 }
 
 GraphTensor GraphTensor::permute(std::vector<int> axes) const {

@@ -246,3 +246,35 @@ TEST(Soundness, NodesRecordTheOutermostUserOp) {
   }
   EXPECT_GT(softmax_nodes, 3);
 }
+
+// ---- found by the random view chains (tests/python/test_view_chains.py) ----
+TEST(Soundness, PadWithAValueOfAnEmptySlice) {
+  // An empty slice padded with a value: the reshape inside `where` used to dereference a
+  // view reshape that refused (bad_alloc), then the bounds check rejected all-padding views.
+  Graph cx;
+  auto x = cx.tensor({2, 4, 5, 1}, DType::I32);
+  auto y = x.pad(2, 0, 1, 7).slice(0, 2, 2).unsqueeze(2).pad(4, 1, 1, 7).flip({3, 4}).output();
+  auto z = x.slice(0, 2, 2).flatten().pad(0, 1, 2, -3).output();
+  EXPECT_EQ(y.shape(), (Shape{0, 4, 1, 6, 3}));
+  auto rt = cx.compile(ReferenceRuntime{}, CompileOptions().trials(1));
+  std::vector<int32_t> data(40);
+  for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<int32_t>(i) * 7 - 100;
+  rt.set_data(x, data);
+  rt.execute(cx.dim_map());
+  EXPECT_TRUE(rt.get_i32(y).empty());
+  EXPECT_EQ(rt.get_i32(z), (std::vector<int32_t>{-3, -3, -3}));
+}
+
+TEST(Soundness, SqueezeOfAllPaddingReadsZeros) {
+  // pad, slices with steps that keep only the padding, squeeze: a view of nothing but
+  // padding (base_valid = 0), which reads zeros and no buffer element.
+  Graph cx;
+  auto x = cx.tensor({5, 4});
+  auto y = x.pad(0, 1, 0).slice(0, 0, 3, 2).slice(0, 0, 2, 3).squeeze(0).output();
+  auto rt = load_direct(cx);
+  std::vector<float> data(20);
+  for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<float>(i) - 9.5f;
+  rt.set_data(x, data);
+  rt.execute(cx.dim_map());
+  expect_same(rt.get_f32(y), {0.f, 0.f, 0.f, 0.f}, "all-padding view");
+}
