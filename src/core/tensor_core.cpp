@@ -209,13 +209,17 @@ GraphTensor GraphTensor::floor_div(const GraphTensor& b) const {
   if (is_float(x.dtype())) {
     // As torch (and Python): (x - x mod y) / y, rounded to the integer it nearly is; so an
     // infinite x gives NaN, and a zero divisor gives x / 0 (+-inf or NaN).
+    // A zero quotient takes the sign of x / y (torch: copysign(0, x / y)).
     GraphTensor q = ((x - x % y) / y).round();
+    q = where(q.eq(0.0), (x / y) * 0.0, q);
     return where(y.eq(0.0), x / y, q);
   }
   // Integers: m = x - x mod y is an exact multiple of y. F64 holds 53 bits, so estimate the
   // quotient in F64, then add the exact correction (m - q0*y) / y, a small integer.
-  GraphTensor m = (x - x % y).cast(DType::I64);
+  // In I64 from the start: x - x mod y overflows I32 (INT32_MIN - 1).
+  GraphTensor x64 = x.cast(DType::I64);
   GraphTensor y64 = y.cast(DType::I64);
+  GraphTensor m = x64 - x64 % y64;
   GraphTensor q0 = (m.cast(DType::F64) / y64.cast(DType::F64)).round().cast(DType::I64);
   GraphTensor resid = m - q0 * y64;
   GraphTensor q = q0 + (resid.cast(DType::F64) / y64.cast(DType::F64)).round().cast(DType::I64);

@@ -278,3 +278,27 @@ TEST(Soundness, SqueezeOfAllPaddingReadsZeros) {
   rt.execute(cx.dim_map());
   expect_same(rt.get_f32(y), {0.f, 0.f, 0.f, 0.f}, "all-padding view");
 }
+
+// ---- Mod and floor division with negative operands, as torch.remainder / floor_divide ----
+TEST(Soundness, ModAndFloorDivWithNegatives) {
+  Graph cx;
+  auto a = cx.tensor({12});
+  auto b = cx.tensor({12});
+  auto ai = cx.tensor({9}, DType::I32);
+  auto bi = cx.tensor({9}, DType::I32);
+  auto r = (a % b).output();
+  auto q = a.floor_div(b).output();
+  auto ri = (ai % bi).output();
+  auto qi = ai.floor_div(bi).output();
+  auto rt = cx.compile(ReferenceRuntime{}, CompileOptions().trials(1));
+  rt.set_data(a, {7.5f, -7.5f, 7.5f, -7.5f, -0.f, 0.f, 3.f, -3.f, 1e-30f, -1e-30f, kInf, 5.f});
+  rt.set_data(b, {2.f, 2.f, -2.f, -2.f, 2.f, -2.f, 3.f, 3.f, 5.f, 5.f, 2.f, kInf});
+  rt.set_data(ai, {7, -7, 7, -7, 0, -1, 5, INT32_MIN, INT32_MAX});
+  rt.set_data(bi, {3, 3, -3, -3, 5, 4, -1, 3, -2});
+  rt.execute(cx.dim_map());
+  // torch.remainder / torch.floor_divide on the same values (float32, int32).
+  expect_same(rt.get_f32(r), {1.5f, 0.5f, -0.5f, -1.5f, -0.f, 0.f, 0.f, -0.f, 1e-30f, 5.f, kNaN, 5.f}, "remainder");
+  expect_same(rt.get_f32(q), {3.f, -4.f, -4.f, 3.f, -0.f, -0.f, 1.f, -1.f, 0.f, -1.f, kNaN, 0.f}, "floor_divide");
+  EXPECT_EQ(rt.get_i32(ri), (std::vector<int32_t>{1, 2, -2, -1, 0, 3, 0, 1, -1}));
+  EXPECT_EQ(rt.get_i32(qi), (std::vector<int32_t>{2, -3, -3, 2, 0, -1, -5, -715827883, -1073741824}));
+}
