@@ -242,6 +242,16 @@ TEST(Simplify, FlattenSortCombine) {
   EXPECT_EQ((a - b * 3 + 2).to_string(), "(a - b*3 + 2)");
 }
 
+TEST(Simplify, DivisionBoundIsNotOffByOne) {
+  // (z % 4) / (a + 3): the numerator reaches 3 = the divisor's minimum, so the quotient
+  // is 1 at z = 3, a = 0; a bound off by one would fold it to 0.
+  Expression z = Expression::index(), a = Expression::var("a");
+  Expression e = (z % 4) / (a + 3);
+  EXPECT_EQ(e.eval({{"a", 0}}, 3), 1);
+  EXPECT_EQ(e.eval({{"a", 1}}, 3), 0);
+  EXPECT_EQ(e.upper_bound(), std::optional<int64_t>(1));
+}
+
 TEST(Simplify, DivModRules) {
   Expression x = V("x"), z = Z();
   // (x*n + r)/n -> x + r/n, and -> x when 0 <= r < n.

@@ -27,7 +27,7 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 BIN_DIR = Path(os.environ.get("LUMINAL_BIN_DIR", REPO_ROOT / "build" / "release"))
 RUNNER = BIN_DIR / "luminal_op_runner"
 SEED = int(os.environ.get("LUMINAL_VIEW_SEED", time.time_ns() % (1 << 31)))
-N_CASES = int(os.environ.get("LUMINAL_VIEW_CASES", 300))
+N_CASES = int(os.environ.get("LUMINAL_VIEW_CASES", 3000))
 DTYPES = {"F32": torch.float32, "I32": torch.int32, "F16": torch.float16}
 
 
@@ -67,8 +67,9 @@ def random_step(t: torch.Tensor, rng: random.Random):
         start = rng.randrange(n + 1)
         end = rng.randrange(start, n + 1)
         step = rng.choice([1, 1, 2, 3])
-        if end == start and n:  # keep most slices non-empty
-            end = min(n, start + 1)
+        if (end == start or rng.random() < 0.3) and n:  # mostly non-empty; often one element (then squeezed)
+            start = min(start, n - 1)
+            end = start + 1
         idx = [slice(None)] * r
         idx[ax] = slice(start, end, step)
         return {"kind": "slice", "axis": ax - r if rng.random() < 0.3 else ax, "start": start, "end": end,
@@ -81,7 +82,8 @@ def random_step(t: torch.Tensor, rng: random.Random):
         return {"kind": "pad", "axis": ax, "before": before, "after": after,
                 "value": value}, F.pad(t, pads, value=value)
     if kind == "squeeze" and r:
-        ax = rng.randrange(r)
+        ones = [d for d in range(r) if t.shape[d] == 1]
+        ax = rng.choice(ones) if ones and rng.random() < 0.8 else rng.randrange(r)
         return {"kind": "squeeze", "axis": ax}, t.squeeze(ax)
     if kind == "unsqueeze" and r < 5:
         ax = rng.randrange(r + 1)
@@ -116,7 +118,7 @@ def make_cases():
         shape = [rng.randint(1, 5) for _ in range(rng.randint(1, 4))]
         x = random_data(shape, dtype, rng)
         steps, y = [], x
-        for _ in range(rng.randint(2, 6)):
+        for _ in range(rng.randint(2, 7)):
             s = random_step(y, rng)
             if s is None or s[1].numel() > 4096:
                 continue
