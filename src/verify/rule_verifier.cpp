@@ -410,6 +410,19 @@ class Generator {
           }
         }
         if (j == p.size()) add(b, hint == ViewKind::Broadcast ? 4 : 2);
+        // Broadcast to a shape one smaller in a static dim, then pad it back: a scalar
+        // read as a value inside and as 0 in the padding (how concat places pieces).
+        std::vector<int> shrinkable;
+        for (size_t d = 0; d < vs.size() && p.empty(); ++d)
+          if (auto n = vs[d].as_constant(); n && *n >= 2) shrinkable.push_back(static_cast<int>(d));
+        if (!shrinkable.empty()) {
+          int d = shrinkable[pick(rng_, static_cast<int>(shrinkable.size()))];
+          std::optional<ShapeTracker> bp = base;
+          for (size_t k = 0; k < vs.size(); ++k)
+            bp = bp->insert_broadcast(static_cast<int>(k), static_cast<int>(k) == d ? vs[k] - 1 : vs[k]);
+          int64_t before = pick(rng_, 2);
+          add(bp->pad(d, before, 1 - before), 2);
+        }
       }
     } catch (const Error&) {
       // a view operation refused these shapes: fewer options

@@ -77,15 +77,30 @@ TEST(RuleVerifier, NamesAPlantedMulZero) {
 // add-zero without its view guard: (x.t() + 0) would become x, untransposed.
 TEST(RuleVerifier, NamesAddZeroWithoutItsViewGuard) {
   std::string path = write_rules("planted_add_zero.egg", R"((ruleset planted)
-(rule ((= ?e (Add ?dt ?sh ?a ?va ?c ?vc)) (= ?c (Constant ?dt ?csh -0.0)) (= ?sh (shape-of ?a)))
+(rule ((= ?e (Add ?dt ?sh ?a ?va ?c ?vc)) (= ?c (Constant ?dt ?csh -0.0)) (= ?sh (shape-of ?a))
+       (= ?vc (broadcast-view ?sh)))
       ((union ?e ?a)) :ruleset planted :name "add-zero-unguarded")
-(rule ((= ?e (Add ?dt ?sh ?a ?va ?c ?vc)) (= ?c (Constant ?dt ?csh -0.0)) (= ?sh (shape-of ?a)) (view-identity ?va ?sh))
+(rule ((= ?e (Add ?dt ?sh ?a ?va ?c ?vc)) (= ?c (Constant ?dt ?csh -0.0)) (= ?sh (shape-of ?a)) (view-identity ?va ?sh)
+       (= ?vc (broadcast-view ?sh)))
       ((union ?e ?a)) :ruleset planted :name "add-neg-zero")
 )");
   auto results = verify::verify_rule_files({path}, ReferenceRuntime{});
   std::printf("%s", verify::format_report(results).c_str());
   EXPECT_EQ(find(results, "add-zero-unguarded").status, Status::Unsound);
   EXPECT_EQ(find(results, "add-neg-zero").status, Status::Sound);
+}
+
+// mul-one as it was: a constant read through a padded view is 0 in the padding, so
+// x * that is not x there (concat places its pieces this way).
+TEST(RuleVerifier, NamesMulOneThroughAPaddedConstant) {
+  std::string path = write_rules("planted_mul_one.egg", R"((ruleset planted)
+(rule ((= ?e (Mul ?dt ?sh ?a ?va ?c ?vc)) (= ?c (Constant ?dt ?csh 1.0)) (= ?sh (shape-of ?a)) (view-identity ?va ?sh))
+      ((union ?e ?a)) :ruleset planted :name "mul-one-any-view")
+)");
+  auto results = verify::verify_rule_files({path}, ReferenceRuntime{});
+  std::printf("%s", verify::format_report(results).c_str());
+  ASSERT_EQ(results.size(), 1u);
+  EXPECT_EQ(results[0].status, Status::Unsound);
 }
 
 // A rule that never fires on generated graphs is untested, never passed.
