@@ -33,5 +33,5 @@ size_t replay(const std::string& target, Harness harness) {
 
 TEST(FuzzRegressions, Safetensors) { EXPECT_GE(replay("safetensors", luminal::fuzz::safetensors), 4u); }
 TEST(FuzzRegressions, Config) { EXPECT_GE(replay("config", luminal::fuzz::config), 5u); }
-TEST(FuzzRegressions, Tokenizer) { EXPECT_GE(replay("tokenizer", luminal::fuzz::tokenizer), 3u); }
+TEST(FuzzRegressions, Tokenizer) { EXPECT_GE(replay("tokenizer", luminal::fuzz::tokenizer), 2u); }
 TEST(FuzzRegressions, Rules) { EXPECT_GE(replay("rules", luminal::fuzz::rules), 3u); }
