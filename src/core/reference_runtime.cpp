@@ -168,7 +168,7 @@ struct ReferenceRuntime::State {
   static int64_t readi(const Buffer& b, int64_t p) { return p < 0 ? 0 : b.geti(static_cast<size_t>(p)); }
 
   void check_in_bounds(const Buffer& b, const ResolvedView& v, const Node& n, size_t which) const {
-    if (v.numel == 0) return;
+    if (v.numel == 0 || !v.base_valid) return;  // nothing read, or all of it padding
     int64_t hi = v.base, lo = v.base;
     for (size_t d = 0; d < v.sizes.size(); ++d) {
       int64_t dmin = std::numeric_limits<int64_t>::max(), dmax = std::numeric_limits<int64_t>::min();
@@ -181,7 +181,8 @@ struct ReferenceRuntime::State {
       lo += dmin;
       hi += dmax;
     }
-    LUMINAL_CHECK(lo >= 0 && hi < static_cast<int64_t>(b.size()), op_name(n.op), " input ", which,
+    LUMINAL_CHECK(lo >= 0 && hi < static_cast<int64_t>(b.size()), op_name(n.op),
+                  n.user_op.empty() ? "" : " (in " + n.user_op + ")", " input ", which,
                   " reads elements [", lo, ", ", hi, "] of a buffer of ", b.size(),
                   " elements; the view does not fit its source (check shapes and dims)");
   }
@@ -383,7 +384,10 @@ Buffer ReferenceRuntime::State::eval_node(NodeId id, const DimMap& dims) {
           switch (n.op) {
             case OpKind::Add: r = static_cast<int64_t>(static_cast<uint64_t>(x) + static_cast<uint64_t>(y)); break;
             case OpKind::Mul: r = static_cast<int64_t>(static_cast<uint64_t>(x) * static_cast<uint64_t>(y)); break;
-            case OpKind::Mod: r = floor_mod(x, y); break;
+            case OpKind::Mod:
+              LUMINAL_CHECK(y != 0, n.user_op.empty() ? "Mod" : n.user_op, ": integer division by zero");
+              r = floor_mod(x, y);
+              break;
             case OpKind::LessThan: out.i[flat] = x < y; return;
             default: LUMINAL_ASSERT(false, "binary op");
           }
@@ -424,14 +428,47 @@ Buffer ReferenceRuntime::State::eval_node(NodeId id, const DimMap& dims) {
       break;
     }
     case OpCategory::Index: {
+      // A Gather or Scatter made from a user's index along `axis` (Node::axis >= 0) has
+      // flat index base(position) + i * stride[axis], where base sums the other
+      // coordinates of the position; i must lie in [0, size of that axis). Checking i
+      // itself catches an index past its own axis that still lands inside the tensor.
       std::vector<int64_t> scratch;
+      const char* who = n.user_op.empty() ? (n.op == OpKind::Gather ? "gather" : "scatter") : n.user_op.c_str();
+      auto check_axis_index = [&](int64_t target, const std::vector<int64_t>& sizes, const int64_t* pos,
+                                  const std::vector<int64_t>& pos_sizes) {
+        if (n.axis < 0 || n.axis >= static_cast<int>(sizes.size()) || pos_sizes.size() != sizes.size()) return;
+        const size_t axis = static_cast<size_t>(n.axis);
+        int64_t stride = 1, base = 0, axis_stride = 0;
+        for (size_t d = sizes.size(); d-- > 0;) {
+          if (d == axis) axis_stride = stride;
+          else base += pos[d] * stride;
+          stride *= sizes[d];
+        }
+        if (axis_stride == 0 || (target - base) % axis_stride != 0) return;
+        int64_t i = (target - base) / axis_stride;
+        if (i >= 0 && i < sizes[axis]) return;
+        // index_select and embedding take a 1-D index: its position is the coordinate
+        // along the axis; gather and scatter report the whole position.
+        std::string at;
+        if (n.user_op == "index_select" || n.user_op == "embedding") {
+          at = std::to_string(pos[axis]);
+        } else {
+          at = "[";
+          for (size_t d = 0; d < pos_sizes.size(); ++d) at += (d ? ", " : "") + std::to_string(pos[d]);
+          at += "]";
+        }
+        fail(who, ": index ", i, " is out of range for dimension ", n.axis, " of size ", sizes[axis],
+             " (at position ", at, " of the index)");
+      };
       if (n.op == OpKind::Gather) {
         const Buffer& ix = input(0);
         const Buffer& data = input(1);
         const ResolvedView& dv = views[1];
         for_each_index(out_sizes, [&](int64_t flat, const int64_t* idx) {
           int64_t target = readi(ix, views[0].phys(idx));
-          LUMINAL_CHECK(target >= 0 && target < dv.numel, "Gather: index ", target, " out of range [0, ", dv.numel, ")");
+          check_axis_index(target, dv.sizes, idx, out_sizes);
+          LUMINAL_CHECK(target >= 0 && target < dv.numel, who, ": internal index ", target, " out of range [0, ",
+                        dv.numel, ")");
           int64_t p = dv.phys_flat(target, scratch);
           if (fl) out.f[flat] = readf(data, p);
           else out.i[flat] = readi(data, p);
@@ -447,7 +484,9 @@ Buffer ReferenceRuntime::State::eval_node(NodeId id, const DimMap& dims) {
         });
         for_each_index(views[1].sizes, [&](int64_t, const int64_t* idx) {
           int64_t target = readi(ix, views[1].phys(idx));
-          LUMINAL_CHECK(target >= 0 && target < out_numel, "Scatter: index ", target, " out of range [0, ", out_numel, ")");
+          check_axis_index(target, out_sizes, idx, views[1].sizes);
+          LUMINAL_CHECK(target >= 0 && target < out_numel, who, ": internal index ", target, " out of range [0, ",
+                        out_numel, ")");
           int64_t p = views[2].phys(idx);
           if (fl) out.f[target] = readf(src, p);
           else out.i[target] = readi(src, p);

@@ -5,6 +5,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -45,7 +47,9 @@ SafetensorsFile SafetensorsFile::open(const std::string& path) {
     fail("safetensors: '", path, "' has a malformed JSON header: ", e.what());
   }
   LUMINAL_CHECK(header.is_object(), "safetensors: '", path, "' header is not a JSON object");
-  for (auto& [name, info] : header.items()) {
+  for (auto& item : header.items()) {
+    const std::string name = item.key();  // a named copy: lambdas below capture it (clang 14)
+    auto& info = item.value();
     if (name == "__metadata__") continue;
     auto bad = [&](const std::string& why) { fail("safetensors: '", path, "' tensor '", name, "': ", why); };
     if (!info.is_object() || !info.contains("dtype") || !info.contains("shape") || !info.contains("data_offsets"))
@@ -54,13 +58,25 @@ SafetensorsFile SafetensorsFile::open(const std::string& path) {
         info["data_offsets"].size() != 2)
       bad("malformed dtype, shape or data_offsets");
     Entry e;
-    e.dtype = parse_dtype(info["dtype"].get<std::string>());
+    try {
+      e.dtype = parse_dtype(info["dtype"].get<std::string>());
+    } catch (const Error& err) {
+      bad(err.what());
+    }
+    // Sizes are checked for overflow: a shape of 2^32 x 2^32 over 0 bytes must not wrap
+    // to a small product and open as a valid (empty) tensor.
     size_t numel = 1;
+    bool overflow = false;
     for (const auto& d : info["shape"]) {
       if (!d.is_number_unsigned()) bad("shape entries must be non-negative integers");
-      e.shape.push_back(d.get<int64_t>());
-      numel *= d.get<size_t>();
+      uint64_t n = d.get<uint64_t>();
+      if (n > static_cast<uint64_t>(INT64_MAX)) bad("shape entry " + std::to_string(n) + " is too large");
+      e.shape.push_back(static_cast<int64_t>(n));
+      overflow = overflow || __builtin_mul_overflow(numel, static_cast<size_t>(n), &numel);
     }
+    size_t nbytes = 0;
+    overflow = overflow || __builtin_mul_overflow(numel, dtype_bytes(e.dtype), &nbytes);
+    if (overflow) bad("shape " + info["shape"].dump() + " has more elements than memory can hold");
     for (const auto& o : info["data_offsets"])
       if (!o.is_number_unsigned()) bad("data_offsets must be non-negative integers");
     e.begin = info["data_offsets"][0].get<size_t>();
@@ -68,10 +84,24 @@ SafetensorsFile SafetensorsFile::open(const std::string& path) {
     if (e.begin > e.end || e.end > data_size)
       bad("data_offsets [" + std::to_string(e.begin) + ", " + std::to_string(e.end) + ") outside the " +
           std::to_string(data_size) + "-byte data section");
-    if (e.end - e.begin != numel * dtype_bytes(e.dtype))
+    if (e.end - e.begin != nbytes)
       bad("holds " + std::to_string(e.end - e.begin) + " bytes but its shape and dtype need " +
-          std::to_string(numel * dtype_bytes(e.dtype)));
+          std::to_string(nbytes));
     f.entries_[name] = std::move(e);
+  }
+  // No two tensors may share bytes (the format lays them out back to back).
+  std::vector<std::pair<const std::string*, const Entry*>> by_offset;
+  for (const auto& [name, e] : f.entries_) by_offset.emplace_back(&name, &e);
+  std::sort(by_offset.begin(), by_offset.end(), [](const auto& a, const auto& b) {
+    return a.second->begin != b.second->begin ? a.second->begin < b.second->begin : a.second->end < b.second->end;
+  });
+  const std::pair<const std::string*, const Entry*>* last = nullptr;  // the previous non-empty tensor
+  for (const auto& cur : by_offset) {
+    if (cur.second->begin == cur.second->end) continue;  // an empty tensor holds no bytes
+    if (last && cur.second->begin < last->second->end)
+      fail("safetensors: '", path, "' tensors '", *last->first, "' [", last->second->begin, ", ", last->second->end,
+           ") and '", *cur.first, "' [", cur.second->begin, ", ", cur.second->end, ") overlap");
+    last = &cur;
   }
   return f;
 }

@@ -2,10 +2,12 @@
 // sort and topk. Flat indices are built from Iota (symbolic in the element index z)
 // plus integer arithmetic on the user's index tensor, then fed to Gather/Scatter.
 //
+// Index bounds: the Gather/Scatter node carries the user's axis (Node::axis), and the
+// runtime checks every index against that axis: an index outside [0, size) is an error
+// naming the op, the axis, the index and its position (negative indices included, as
+// PyTorch raises for them too).
+//
 // Limitations (documented on purpose):
-//   * negative indices are not supported (PyTorch raises; here an index outside the
-//     tensor's flat range is a runtime error, one that only overflows its own axis
-//     silently reads a neighbouring row);
 //   * scatter with duplicate indices: any one of the writes may win;
 //   * sorting is rank based (O(n^2) comparisons per sorted row). NaN sorts as the
 //     largest value (after +inf), as in PyTorch.
@@ -44,13 +46,14 @@ GraphTensor int_scalar(Graph& g, const Expression& value, DType dtype) {
   return expr_scalar(g, value, dtype);
 }
 
-GraphTensor gather_flat(const GraphTensor& data, const GraphTensor& flat_index) {
+GraphTensor gather_flat(const GraphTensor& data, const GraphTensor& flat_index, int axis) {
   LUMINAL_CHECK(!is_float(flat_index.dtype()), "gather: indices must be integers, got ",
                 dtype_name(flat_index.dtype()));
   Node n;
   n.op = OpKind::Gather;
   n.dtype = data.dtype();
   n.shape = flat_index.shape();
+  n.axis = axis;
   n.inputs = {{flat_index.id(), flat_index.view()}, {data.id(), data.view()}};
   return make_node(data.graph(), std::move(n));
 }
@@ -107,15 +110,17 @@ void check_index(const GraphTensor& self, const GraphTensor& index, const char* 
 }  // namespace
 
 GraphTensor GraphTensor::gather(int axis, const GraphTensor& index) const {
+  UserOpScope user_op("gather");
   axis = normalize_axis(axis, rank(), "gather");
   check_index(*this, index, "gather");
   for (int d = 0; d < static_cast<int>(rank()); ++d)
     LUMINAL_CHECK(d == axis || fits(index.dim(d), dim(d)), "gather: index ", to_string(index.shape()),
                   " is larger than self ", to_string(shape()), " in dimension ", d);
-  return gather_flat(*this, flat_along_axis(shape(), axis, index));
+  return gather_flat(*this, flat_along_axis(shape(), axis, index), axis);
 }
 
 GraphTensor GraphTensor::scatter(int axis, const GraphTensor& index, const GraphTensor& src_in) const {
+  UserOpScope user_op("scatter");
   axis = normalize_axis(axis, rank(), "scatter");
   check_index(*this, index, "scatter");
   LUMINAL_CHECK(src_in.rank() == rank(), "scatter: src ", to_string(src_in.shape()), " and self ",
@@ -133,11 +138,13 @@ GraphTensor GraphTensor::scatter(int axis, const GraphTensor& index, const Graph
   n.op = OpKind::Scatter;
   n.dtype = dtype_;
   n.shape = shape();
+  n.axis = axis;  // the runtime checks each index against this axis (reference_runtime.cpp)
   n.inputs = {{id_, view_}, {flat.id(), flat.view()}, {src.id(), src.view()}};
   return make_node(*graph_, std::move(n));
 }
 
 GraphTensor GraphTensor::index_select(int axis, const GraphTensor& index) const {
+  UserOpScope user_op("index_select");
   axis = normalize_axis(axis, rank(), "index_select");
   LUMINAL_CHECK(index.rank() == 1, "index_select: index must be 1-D, got ", to_string(index.shape()));
   Shape out = shape();
@@ -149,6 +156,7 @@ GraphTensor GraphTensor::index_select(int axis, const GraphTensor& index) const 
 }
 
 GraphTensor GraphTensor::embedding(const GraphTensor& ids) const {
+  UserOpScope user_op("embedding");
   LUMINAL_CHECK(rank() == 2, "embedding: table must be (vocab, dim), got ", to_string(shape()));
   LUMINAL_CHECK(!is_float(ids.dtype()), "embedding: ids must be integers, got ", dtype_name(ids.dtype()));
   Shape out = ids.shape();
@@ -157,6 +165,7 @@ GraphTensor GraphTensor::embedding(const GraphTensor& ids) const {
 }
 
 GraphTensor GraphTensor::one_hot(int64_t num_classes) const {
+  UserOpScope user_op("one_hot");
   LUMINAL_CHECK(!is_float(dtype_), "one_hot: needs an integer tensor, got ", dtype_name(dtype_));
   LUMINAL_CHECK(num_classes > 0, "one_hot: num_classes must be positive, got ", num_classes);
   return unsqueeze(-1).eq(graph_->arange(num_classes, DType::I64)).cast(DType::I64);
@@ -191,6 +200,7 @@ GraphTensor sort_positions(const GraphTensor& x, int axis, bool descending) {
 }  // namespace
 
 GraphTensor GraphTensor::argsort(int axis, bool descending) const {
+  UserOpScope user_op("argsort");
   axis = normalize_axis(axis, rank(), "argsort");
   GraphTensor pos = sort_positions(*this, axis, descending);
   // result[.., pos_i, ..] = i
@@ -199,11 +209,13 @@ GraphTensor GraphTensor::argsort(int axis, bool descending) const {
 }
 
 std::pair<GraphTensor, GraphTensor> GraphTensor::sort(int axis, bool descending) const {
+  UserOpScope user_op("sort");
   GraphTensor idx = argsort(axis, descending);
   return {gather(axis, idx), idx};
 }
 
 std::pair<GraphTensor, GraphTensor> GraphTensor::topk(int64_t k, int axis, bool largest) const {
+  UserOpScope user_op("topk");
   axis = normalize_axis(axis, rank(), "topk");
   LUMINAL_CHECK(k >= 0 && fits(k, dim(axis)), "topk: k = ", k, " is out of range for dimension ", axis,
                 " of size ", dim(axis));

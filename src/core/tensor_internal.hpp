@@ -6,6 +6,24 @@
 
 namespace luminal::detail {
 
+// The tensor-API op being built, so errors name what the user called ("softmax"), not
+// the op or primitive it decomposes into ("max"). The outermost scope wins; every node
+// made while one is active records it in Node::user_op (read by runtime errors).
+class UserOpScope {
+ public:
+  explicit UserOpScope(const char* name);
+  ~UserOpScope();
+  UserOpScope(const UserOpScope&) = delete;
+  UserOpScope& operator=(const UserOpScope&) = delete;
+  static const char* current();  // nullptr outside every scope
+  // The name errors use: the outermost user op, else `fallback`.
+  static const char* name_or(const char* fallback) { return current() ? current() : fallback; }
+
+ private:
+  const char* previous_;
+};
+
+// `op` in messages is replaced by the outermost user op when one is active.
 int normalize_axis(int axis, size_t rank, const char* op);
 std::vector<int> normalize_axes(std::vector<int> axes, size_t rank, const char* op);
 
@@ -34,7 +52,9 @@ DType index_dtype(const Expression& n);
 // An integer scalar tensor of `value` (Constant when static, Iota when symbolic).
 GraphTensor int_scalar(Graph& g, const Expression& value, DType dtype);
 // Gather primitive: out[i] = data[flat_index[i]] over data's logical row-major order.
-GraphTensor gather_flat(const GraphTensor& data, const GraphTensor& flat_index);
+// `axis` >= 0: flat_index was built from a user's index along that axis of `data`
+// (flat_along_axis), and the runtime checks that index against the axis' size.
+GraphTensor gather_flat(const GraphTensor& data, const GraphTensor& flat_index, int axis = -1);
 // Gather with a symbolic index: for each element of `out_shape` (coordinates from
 // index_coords(out_shape)), out = valid ? data[flat] : fill. `flat`/`valid` are functions of z.
 GraphTensor gather_expr(const GraphTensor& data, const Shape& out_shape, const Expression& flat,

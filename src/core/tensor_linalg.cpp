@@ -7,6 +7,7 @@ namespace luminal {
 using namespace detail;
 
 GraphTensor GraphTensor::matmul(const GraphTensor& b_in) const {
+  UserOpScope user_op("matmul");
   LUMINAL_CHECK(rank() >= 1 && b_in.rank() >= 1, "matmul: both operands need rank >= 1 (got ", to_string(shape()),
                 " and ", to_string(b_in.shape()), ")");
   GraphTensor a = rank() == 1 ? unsqueeze(0) : *this;  // (k) -> (1, k)
@@ -35,6 +36,7 @@ GraphTensor GraphTensor::matmul(const GraphTensor& b_in) const {
 }
 
 GraphTensor GraphTensor::linear(const GraphTensor& weight, const std::optional<GraphTensor>& bias) const {
+  UserOpScope user_op("linear");
   LUMINAL_CHECK(weight.rank() == 2, "linear: weight must be (out, in), got ", to_string(weight.shape()));
   LUMINAL_CHECK(dim(-1) == weight.dim(1), "linear: input features ", dim(-1), " do not match weight ",
                 to_string(weight.shape()));

@@ -12,15 +12,37 @@ namespace {
 bool is_half(DType dt) { return dt == DType::F16 || dt == DType::BF16; }
 }  // namespace
 
-GraphTensor GraphTensor::exp2() const { return unary(OpKind::Exp2, *this); }
-GraphTensor GraphTensor::log2() const { return unary(OpKind::Log2, *this); }
-GraphTensor GraphTensor::sin() const { return unary(OpKind::Sin, *this); }
-GraphTensor GraphTensor::sqrt() const { return unary(OpKind::Sqrt, *this); }
-GraphTensor GraphTensor::reciprocal() const { return unary(OpKind::Recip, *this); }
-GraphTensor GraphTensor::log() const { return log2() * std::numbers::ln2; }
-GraphTensor GraphTensor::rsqrt() const { return sqrt().reciprocal(); }
+GraphTensor GraphTensor::exp2() const {
+  UserOpScope user_op("exp2");
+  return unary(OpKind::Exp2, *this);
+}
+GraphTensor GraphTensor::log2() const {
+  UserOpScope user_op("log2");
+  return unary(OpKind::Log2, *this);
+}
+GraphTensor GraphTensor::sin() const {
+  UserOpScope user_op("sin");
+  return unary(OpKind::Sin, *this);
+}
+GraphTensor GraphTensor::sqrt() const {
+  UserOpScope user_op("sqrt");
+  return unary(OpKind::Sqrt, *this);
+}
+GraphTensor GraphTensor::reciprocal() const {
+  UserOpScope user_op("reciprocal");
+  return unary(OpKind::Recip, *this);
+}
+GraphTensor GraphTensor::log() const {
+  UserOpScope user_op("log");
+  return log2() * std::numbers::ln2;
+}
+GraphTensor GraphTensor::rsqrt() const {
+  UserOpScope user_op("rsqrt");
+  return sqrt().reciprocal();
+}
 
 GraphTensor GraphTensor::cos() const {
+  UserOpScope user_op("cos");
   // cos(x) = sin(x + pi/2). The shift is done in F64 for every narrower float: rounding
   // x + pi/2 to F32 (let alone F16) costs cos its relative accuracy near its zeros.
   GraphTensor x = to_float(*this);
@@ -28,11 +50,13 @@ GraphTensor GraphTensor::cos() const {
   return x.cast(DType::F64).cos().cast(x.dtype());
 }
 GraphTensor GraphTensor::tan() const {
+  UserOpScope user_op("tan");
   GraphTensor x = to_float(*this);
   if (x.dtype() != DType::F64) return x.cast(DType::F64).tan().cast(x.dtype());  // one rounding at the end
   return x.sin() / x.cos();
 }
 GraphTensor GraphTensor::exp() const {
+  UserOpScope user_op("exp");
   // exp(x) = 2^(x * log2 e); in F16/BF16 the rounded product would cost exp up to
   // |x| * 2^-8 relative error, so the half types go through F32 as torch does.
   GraphTensor x = to_float(*this);
@@ -41,6 +65,7 @@ GraphTensor GraphTensor::exp() const {
 }
 
 GraphTensor GraphTensor::floor() const {
+  UserOpScope user_op("floor");
   if (!is_float(dtype_)) return *this;
   // Floor modulo keeps the fractional part in [0, 1). Values of magnitude >= 2^52 are
   // already integers in every float dtype, and +-inf % 1 is NaN: pass those (and NaN) through.
@@ -48,10 +73,12 @@ GraphTensor GraphTensor::floor() const {
   return where(finite, *this - *this % 1.0, *this);
 }
 GraphTensor GraphTensor::ceil() const {
+  UserOpScope user_op("ceil");
   if (!is_float(dtype_)) return *this;
   return -((-*this).floor());
 }
 GraphTensor GraphTensor::round() const {
+  UserOpScope user_op("round");
   if (!is_float(dtype_)) return *this;
   // |x| >= 2^52 is already an integer (and x + 0.5 could round up); inf/NaN pass through.
   GraphTensor big = abs().lt(4503599627370496.0).logical_not();
@@ -63,6 +90,7 @@ GraphTensor GraphTensor::round() const {
 }
 
 GraphTensor GraphTensor::tanh() const {
+  UserOpScope user_op("tanh");
   // tanh(x) = 2*sigmoid(2x) - 1, evaluated on |x| to avoid inf/inf, then re-signed.
   GraphTensor x = to_float(*this);
   GraphTensor e = (x.abs() * (-2.0 * std::numbers::log2e)).exp2();  // exp(-2|x|) in (0, 1]
@@ -71,6 +99,7 @@ GraphTensor GraphTensor::tanh() const {
 }
 
 GraphTensor GraphTensor::sigmoid() const {
+  UserOpScope user_op("sigmoid");
   GraphTensor x = to_float(*this);
   return ((-x).exp() + 1.0).reciprocal();
 }
@@ -92,6 +121,7 @@ GraphTensor erf_series(const GraphTensor& z, int terms) {
 }  // namespace
 
 GraphTensor GraphTensor::erf() const {
+  UserOpScope user_op("erf");
   GraphTensor x = to_float(*this);
   GraphTensor z = x.abs();
   GraphTensor r;
@@ -119,19 +149,29 @@ GraphTensor GraphTensor::erf() const {
   return where(x.lt(0.0), -r, r);
 }
 
-GraphTensor GraphTensor::relu() const { return where(lt(0.0), scalar_like(*this, 0), *this); }  // NaN stays NaN
-GraphTensor GraphTensor::leaky_relu(double slope) const { return where(gt(0.0), *this, *this * slope); }
+GraphTensor GraphTensor::relu() const {
+  UserOpScope user_op("relu"); return where(lt(0.0), scalar_like(*this, 0), *this); }  // NaN stays NaN
+GraphTensor GraphTensor::leaky_relu(double slope) const {
+  UserOpScope user_op("leaky_relu");
+  return where(gt(0.0), *this, *this * slope);
+}
 GraphTensor GraphTensor::gelu() const {
+  UserOpScope user_op("gelu");
   GraphTensor x = to_float(*this);
   return x * 0.5 * ((x * (1.0 / std::numbers::sqrt2)).erf() + 1.0);
 }
 GraphTensor GraphTensor::gelu_tanh() const {
+  UserOpScope user_op("gelu_tanh");
   GraphTensor x = to_float(*this);
   const double k = std::sqrt(2.0 / std::numbers::pi);
   return x * 0.5 * ((x + x * x * x * 0.044715) * k).tanh() + x * 0.5;
 }
-GraphTensor GraphTensor::silu() const { return to_float(*this) * sigmoid(); }
+GraphTensor GraphTensor::silu() const {
+  UserOpScope user_op("silu");
+  return to_float(*this) * sigmoid();
+}
 GraphTensor GraphTensor::softplus(double beta, double threshold) const {
+  UserOpScope user_op("softplus");
   GraphTensor x = to_float(*this);
   GraphTensor bx = x * beta;
   // log(1 + exp(bx)) / beta, linear above the threshold as in PyTorch; written as

@@ -1,10 +1,13 @@
 // Movement ops: views where the ShapeTracker can express them, a copy otherwise.
+#include <cmath>
+
 #include "tensor_internal.hpp"
 
 namespace luminal {
 using namespace detail;
 
 GraphTensor GraphTensor::reshape(const Shape& shape_in) const {
+  UserOpScope user_op("reshape");
   Shape shape = shape_in;
   int infer = -1;
   Expression known = 1;
@@ -20,15 +23,19 @@ GraphTensor GraphTensor::reshape(const Shape& shape_in) const {
   LUMINAL_CHECK(product(shape) == numel(), "reshape: cannot reshape ", to_string(this->shape()), " (", numel(),
                 " elements) into ", to_string(shape_in), " (", product(shape), " elements)");
   if (auto v = view_.reshape(shape)) return GraphTensor(graph_, id_, *v, dtype_);
+  // The copy is a row-major buffer of the same elements: any shape of that many elements
+  // reads it contiguously (the view's own reshape may refuse, e.g. with a 0-sized dim).
   GraphTensor c = copy(*this);
-  return GraphTensor(graph_, c.id(), *c.view().reshape(shape), dtype_);
+  return GraphTensor(graph_, c.id(), ShapeTracker::contiguous(shape), dtype_);
 }
 
 GraphTensor GraphTensor::permute(std::vector<int> axes) const {
+  UserOpScope user_op("permute");
   return GraphTensor(graph_, id_, view_.permute(axes), dtype_);
 }
 
 GraphTensor GraphTensor::transpose(int a, int b) const {
+  UserOpScope user_op("transpose");
   a = normalize_axis(a, rank(), "transpose");
   b = normalize_axis(b, rank(), "transpose");
   std::vector<int> axes(rank());
@@ -38,11 +45,13 @@ GraphTensor GraphTensor::transpose(int a, int b) const {
 }
 
 GraphTensor GraphTensor::t() const {
+  UserOpScope user_op("t");
   LUMINAL_CHECK(rank() >= 2, "t: needs a tensor of rank >= 2, got rank ", rank());
   return transpose(-2, -1);
 }
 
 GraphTensor GraphTensor::expand(const Shape& shape) const {
+  UserOpScope user_op("expand");
   LUMINAL_CHECK(shape.size() >= rank(), "expand: target ", to_string(shape), " has fewer dims than ",
                 to_string(this->shape()));
   ShapeTracker v = view_;
@@ -60,24 +69,31 @@ GraphTensor GraphTensor::expand(const Shape& shape) const {
 }
 
 GraphTensor GraphTensor::expand_dim(int axis, const Expression& size) const {
+  UserOpScope user_op("expand_dim");
   return GraphTensor(graph_, id_, view_.insert_broadcast(axis, size), dtype_);
 }
 
-GraphTensor GraphTensor::unsqueeze(int axis) const { return expand_dim(axis, 1); }
+GraphTensor GraphTensor::unsqueeze(int axis) const {
+  UserOpScope user_op("unsqueeze");
+  return expand_dim(axis, 1);
+}
 
 GraphTensor GraphTensor::squeeze(int axis) const {
+  UserOpScope user_op("squeeze");
   axis = normalize_axis(axis, rank(), "squeeze");
   if (!(dim(axis) == Expression(1))) return *this;  // torch: squeezing a non-1 dim is a no-op
   return GraphTensor(graph_, id_, view_.remove_dim(axis), dtype_);
 }
 
 GraphTensor GraphTensor::squeeze() const {
+  UserOpScope user_op("squeeze");
   GraphTensor r = *this;
   for (int i = static_cast<int>(rank()) - 1; i >= 0; --i) r = r.squeeze(i);
   return r;
 }
 
 GraphTensor GraphTensor::flatten(int start, int end) const {
+  UserOpScope user_op("flatten");
   if (rank() == 0) return reshape({1});
   start = normalize_axis(start, rank(), "flatten");
   end = normalize_axis(end, rank(), "flatten");
@@ -86,11 +102,13 @@ GraphTensor GraphTensor::flatten(int start, int end) const {
 }
 
 GraphTensor GraphTensor::slice(int axis, const Expression& start, const Expression& end, int64_t step) const {
+  UserOpScope user_op("slice");
   axis = normalize_axis(axis, rank(), "slice");
   return GraphTensor(graph_, id_, view_.slice(axis, start, end, step), dtype_);
 }
 
 GraphTensor GraphTensor::slice(int axis, int64_t start, std::optional<int64_t> end, int64_t step) const {
+  UserOpScope user_op("slice");
   axis = normalize_axis(axis, rank(), "slice");
   LUMINAL_CHECK(step > 0, "slice: step must be positive, got ", step);
   Expression n = dim(axis);
@@ -107,13 +125,15 @@ GraphTensor GraphTensor::slice(int axis, int64_t start, std::optional<int64_t> e
 }
 
 GraphTensor GraphTensor::narrow(int axis, const Expression& start, const Expression& length) const {
+  UserOpScope user_op("narrow");
   return slice(axis, start, start + length, 1);
 }
 
 GraphTensor GraphTensor::pad(int axis, const Expression& before, const Expression& after, double value) const {
+  UserOpScope user_op("pad");
   axis = normalize_axis(axis, rank(), "pad");
   GraphTensor padded(graph_, id_, view_.pad(axis, before, after), dtype_);
-  if (value == 0) return padded;
+  if (value == 0 && !std::signbit(value)) return padded;
   // Padding reads 0; add `value` where the mask of real elements is 0.
   GraphTensor ones = scalar_like(*this, 1).expand(shape());
   GraphTensor mask(graph_, ones.id(), ones.view().pad(axis, before, after), dtype_);
@@ -121,6 +141,7 @@ GraphTensor GraphTensor::pad(int axis, const Expression& before, const Expressio
 }
 
 GraphTensor GraphTensor::concat(const std::vector<GraphTensor>& xs, int axis) {
+  UserOpScope user_op("concat");
   LUMINAL_CHECK(!xs.empty(), "concat: no tensors");
   axis = normalize_axis(axis, xs[0].rank(), "concat");
   DType dt = xs[0].dtype();
@@ -137,11 +158,20 @@ GraphTensor GraphTensor::concat(const std::vector<GraphTensor>& xs, int axis) {
   Expression total = 0;
   for (const auto& x : xs) total = total + x.dim(axis);
   // Each piece padded into place reads 0 elsewhere, so the sum is the concatenation.
+  // For floats the padding must read -0.0, the one exact additive identity (-0.0 + +0.0
+  // is +0.0, which would lose a -0.0 element): each piece is multiplied by a sign that
+  // is 1 on its elements and -1 in its padding (0 * -1 = -0.0).
   GraphTensor acc;
   Expression offset = 0;
   for (size_t i = 0; i < xs.size(); ++i) {
     Expression len = xs[i].dim(axis);
-    GraphTensor placed = xs[i].cast(dt).pad(axis, offset, total - offset - len);
+    Expression after = total - offset - len;
+    GraphTensor placed = xs[i].cast(dt).pad(axis, offset, after);
+    if (is_float(dt)) {
+      GraphTensor ones = xs[0].graph().constant(1, dt).expand(xs[i].shape());
+      GraphTensor inside(&ones.graph(), ones.id(), ones.view().pad(axis, offset, after), dt);
+      placed = binary(OpKind::Mul, placed, inside * 2.0 - 1.0);
+    }
     offset = offset + len;
     acc = i == 0 ? placed : binary(OpKind::Add, acc, placed);  // Bool addition is logical or
   }
@@ -149,6 +179,7 @@ GraphTensor GraphTensor::concat(const std::vector<GraphTensor>& xs, int axis) {
 }
 
 GraphTensor GraphTensor::stack(const std::vector<GraphTensor>& xs, int axis) {
+  UserOpScope user_op("stack");
   LUMINAL_CHECK(!xs.empty(), "stack: no tensors");
   int r = static_cast<int>(xs[0].rank()) + 1;
   LUMINAL_CHECK(axis >= -r && axis < r, "stack: axis ", axis, " out of range");
@@ -159,6 +190,7 @@ GraphTensor GraphTensor::stack(const std::vector<GraphTensor>& xs, int axis) {
 }
 
 std::vector<GraphTensor> GraphTensor::split(const std::vector<Expression>& sizes, int axis) const {
+  UserOpScope user_op("split");
   axis = normalize_axis(axis, rank(), "split");
   std::vector<GraphTensor> out;
   Expression start = 0;
@@ -171,6 +203,7 @@ std::vector<GraphTensor> GraphTensor::split(const std::vector<Expression>& sizes
 }
 
 std::vector<GraphTensor> GraphTensor::chunk(int chunks, int axis) const {
+  UserOpScope user_op("chunk");
   axis = normalize_axis(axis, rank(), "chunk");
   LUMINAL_CHECK(chunks > 0, "chunk: chunks must be positive");
   auto n = dim(axis).as_constant();
@@ -182,6 +215,7 @@ std::vector<GraphTensor> GraphTensor::chunk(int chunks, int axis) const {
 }
 
 GraphTensor GraphTensor::repeat(const std::vector<Expression>& times) const {
+  UserOpScope user_op("repeat");
   LUMINAL_CHECK(times.size() >= rank(), "repeat: needs at least ", rank(), " repeat counts, got ", times.size());
   GraphTensor x = *this;
   while (x.rank() < times.size()) x = x.unsqueeze(0);
@@ -196,6 +230,7 @@ GraphTensor GraphTensor::repeat(const std::vector<Expression>& times) const {
 }
 
 GraphTensor GraphTensor::flip(std::vector<int> axes) const {
+  UserOpScope user_op("flip");
   ShapeTracker v = view_;
   for (int a : normalize_axes(axes, rank(), "flip")) v = v.flip(a);
   return GraphTensor(graph_, id_, v, dtype_);
@@ -212,12 +247,14 @@ GraphTensor triangle_mask(Graph& g, const Expression& rows, const Expression& co
 }  // namespace
 
 GraphTensor GraphTensor::tril(int64_t diagonal) const {
+  UserOpScope user_op("tril");
   LUMINAL_CHECK(rank() >= 2, "tril: needs rank >= 2");
   GraphTensor m = triangle_mask(*graph_, dim(-2), dim(-1), diagonal, false);
   return where(m, *this, scalar_like(*this, 0));
 }
 
 GraphTensor GraphTensor::triu(int64_t diagonal) const {
+  UserOpScope user_op("triu");
   LUMINAL_CHECK(rank() >= 2, "triu: needs rank >= 2");
   GraphTensor m = triangle_mask(*graph_, dim(-2), dim(-1), diagonal, true);
   return where(m, *this, scalar_like(*this, 0));

@@ -131,12 +131,14 @@ GraphTensor pool2d(const GraphTensor& x_in, std::pair<int, int> kernel, std::pai
 
 GraphTensor GraphTensor::conv1d(const GraphTensor& weight, const std::optional<GraphTensor>& bias, int stride,
                                 int padding, int dilation, int groups) const {
+  UserOpScope user_op("conv1d");
   return conv(*this, weight, bias, {{0, stride, padding, dilation}}, groups, "conv1d");
 }
 
 GraphTensor GraphTensor::conv2d(const GraphTensor& weight, const std::optional<GraphTensor>& bias,
                                 std::pair<int, int> stride, std::pair<int, int> padding,
                                 std::pair<int, int> dilation, int groups) const {
+  UserOpScope user_op("conv2d");
   return conv(*this, weight, bias,
               {{0, stride.first, padding.first, dilation.first}, {0, stride.second, padding.second, dilation.second}},
               groups, "conv2d");
@@ -144,11 +146,13 @@ GraphTensor GraphTensor::conv2d(const GraphTensor& weight, const std::optional<G
 
 GraphTensor GraphTensor::max_pool2d(std::pair<int, int> kernel, std::pair<int, int> stride,
                                     std::pair<int, int> padding) const {
+  UserOpScope user_op("max_pool2d");
   return pool2d(*this, kernel, stride, padding, true, "max_pool2d");
 }
 
 GraphTensor GraphTensor::avg_pool2d(std::pair<int, int> kernel, std::pair<int, int> stride,
                                     std::pair<int, int> padding) const {
+  UserOpScope user_op("avg_pool2d");
   return pool2d(*this, kernel, stride, padding, false, "avg_pool2d");
 }
 

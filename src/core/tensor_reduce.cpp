@@ -31,6 +31,7 @@ Expression count(const GraphTensor& x, const std::vector<int>& axes_in) {
 }  // namespace
 
 GraphTensor GraphTensor::sum(std::vector<int> axes, bool keepdim) const {
+  UserOpScope user_op("sum");
   GraphTensor x = dtype_ == DType::Bool || dtype_ == DType::I8 || dtype_ == DType::U8 || dtype_ == DType::I32
                       ? cast(DType::I64)  // torch sums integers in int64
                       : *this;
@@ -38,20 +39,26 @@ GraphTensor GraphTensor::sum(std::vector<int> axes, bool keepdim) const {
                      [](const GraphTensor& t, int a) { return reduce(OpKind::SumReduce, t, a); });
 }
 
-GraphTensor GraphTensor::sum_all() const { return sum({}, false); }
+GraphTensor GraphTensor::sum_all() const {
+  UserOpScope user_op("sum_all");
+  return sum({}, false);
+}
 
 GraphTensor GraphTensor::max(std::vector<int> axes, bool keepdim) const {
+  UserOpScope user_op("max");
   return reduce_axes(*this, std::move(axes), keepdim, "max",
                      [](const GraphTensor& t, int a) { return reduce(OpKind::MaxReduce, t, a); });
 }
 
 GraphTensor GraphTensor::min(std::vector<int> axes, bool keepdim) const {
+  UserOpScope user_op("min");
   if (dtype_ == DType::Bool) return logical_not().max(std::move(axes), keepdim).logical_not();
   if (dtype_ == DType::U8) return (-((-cast(DType::I32)).max(std::move(axes), keepdim))).cast(DType::U8);
   return -((-*this).max(std::move(axes), keepdim));
 }
 
 GraphTensor GraphTensor::mean(std::vector<int> axes, bool keepdim) const {
+  UserOpScope user_op("mean");
   LUMINAL_CHECK(is_float(dtype_), "mean: needs a float tensor, got ", dtype_name(dtype_));
   if (is_half(dtype_)) return cast(DType::F32).mean(std::move(axes), keepdim).cast(dtype_);
   Expression n = count(*this, axes);
@@ -60,6 +67,7 @@ GraphTensor GraphTensor::mean(std::vector<int> axes, bool keepdim) const {
 }
 
 GraphTensor GraphTensor::prod(std::vector<int> axes, bool keepdim) const {
+  UserOpScope user_op("prod");
   if (!is_float(dtype_)) {
     // Integers (torch: I64 result, exact, wrapping): a chain of Muls over each static
     // reduced dim; a symbolic dim falls back to the F64 product (exact up to 2^53).
@@ -83,6 +91,7 @@ GraphTensor GraphTensor::prod(std::vector<int> axes, bool keepdim) const {
 }
 
 GraphTensor GraphTensor::var(std::vector<int> axes, bool keepdim, int correction) const {
+  UserOpScope user_op("var");
   GraphTensor x = to_float(*this);
   if (is_half(x.dtype())) return x.cast(DType::F32).var(std::move(axes), keepdim, correction).cast(x.dtype());
   GraphTensor centered = x - x.mean(axes, true);
@@ -92,11 +101,13 @@ GraphTensor GraphTensor::var(std::vector<int> axes, bool keepdim, int correction
 }
 
 GraphTensor GraphTensor::std(std::vector<int> axes, bool keepdim, int correction) const {
+  UserOpScope user_op("std");
   if (is_half(dtype_)) return cast(DType::F32).std(std::move(axes), keepdim, correction).cast(dtype_);  // var may overflow F16
   return var(std::move(axes), keepdim, correction).sqrt();
 }
 
 GraphTensor GraphTensor::logsumexp(std::vector<int> axes, bool keepdim) const {
+  UserOpScope user_op("logsumexp");
   GraphTensor x = to_float(*this);
   GraphTensor m = x.max(axes, true);
   // Rows that are entirely -inf would give NaN from (-inf) - (-inf); shift by 0 there.
@@ -124,16 +135,19 @@ GraphTensor first_index_of(const GraphTensor& x, const GraphTensor& m, int axis,
 }  // namespace
 
 GraphTensor GraphTensor::argmax(int axis, bool keepdim) const {
+  UserOpScope user_op("argmax");
   axis = normalize_axis(axis, rank(), "argmax");
   return first_index_of(*this, max({axis}, true), axis, keepdim);
 }
 
 GraphTensor GraphTensor::argmin(int axis, bool keepdim) const {
+  UserOpScope user_op("argmin");
   axis = normalize_axis(axis, rank(), "argmin");
   return first_index_of(*this, min({axis}, true), axis, keepdim);
 }
 
 GraphTensor GraphTensor::cumsum(int axis) const {
+  UserOpScope user_op("cumsum");
   axis = normalize_axis(axis, rank(), "cumsum");
   GraphTensor x = is_float(dtype_) ? *this : cast(DType::I64);  // torch accumulates integers in int64
   // (.., i, j, ..) holding x[.., j, ..] where j <= i and 0 elsewhere, summed over j.
@@ -151,6 +165,7 @@ GraphTensor GraphTensor::cumsum(int axis) const {
 }
 
 GraphTensor GraphTensor::softmax(int axis) const {
+  UserOpScope user_op("softmax");
   GraphTensor x = to_float(*this);
   GraphTensor m = x.max({axis}, true);
   GraphTensor e = (x - m).exp();
@@ -158,6 +173,7 @@ GraphTensor GraphTensor::softmax(int axis) const {
 }
 
 GraphTensor GraphTensor::log_softmax(int axis) const {
+  UserOpScope user_op("log_softmax");
   // (x - max) - log(sum(exp(x - max))), as torch: subtracting a rounded logsumexp from x
   // would lose the low bits of x - max when |max| is large.
   GraphTensor x = to_float(*this);
@@ -169,6 +185,7 @@ GraphTensor GraphTensor::log_softmax(int axis) const {
 
 GraphTensor GraphTensor::layer_norm(size_t normalized_rank, const std::optional<GraphTensor>& weight,
                                     const std::optional<GraphTensor>& bias, double eps) const {
+  UserOpScope user_op("layer_norm");
   LUMINAL_CHECK(normalized_rank >= 1 && normalized_rank <= rank(), "layer_norm: cannot normalise ",
                 normalized_rank, " trailing dims of a rank-", rank(), " tensor");
   std::vector<int> axes;
@@ -191,6 +208,7 @@ GraphTensor GraphTensor::layer_norm(size_t normalized_rank, const std::optional<
 
 GraphTensor GraphTensor::rms_norm(size_t normalized_rank, const std::optional<GraphTensor>& weight,
                                   double eps) const {
+  UserOpScope user_op("rms_norm");
   LUMINAL_CHECK(normalized_rank >= 1 && normalized_rank <= rank(), "rms_norm: cannot normalise ",
                 normalized_rank, " trailing dims of a rank-", rank(), " tensor");
   std::vector<int> axes;

@@ -1,5 +1,6 @@
 // The rule-file language: an s-expression reader and the loader that turns forms into
 // sorts, constructors, functions, rules, terms and schedules (docs/EGRAPH.md).
+#include <cmath>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
@@ -655,6 +656,12 @@ class Loader {
   void finish_rule(Builder& b, const SExpr& form, const Options& o) {
     b.rule.ruleset = string_option(o, ":ruleset", "");
     b.rule.disabled = string_option(o, ":disabled", "");
+    if (auto it = o.named.find(":tolerance"); it != o.named.end()) {
+      const SExpr& v = *it->second;
+      double t = v.kind == SExpr::Kind::Float ? v.f : v.kind == SExpr::Kind::Int ? static_cast<double>(v.i) : -1;
+      if (!(t >= 0 && std::isfinite(t))) error(v, ":tolerance expects a finite number >= 0, got ", v.to_string());
+      b.rule.tolerance = t;
+    }
     if (!g_.has_ruleset(b.rule.ruleset)) {
       const SExpr& at = o.named.count(":ruleset") ? *o.named.at(":ruleset") : form;
       error(at, "rule \"", b.rule.name, "\": unknown ruleset '", b.rule.ruleset, "' (declare it with (ruleset ", b.rule.ruleset, "))");
@@ -670,7 +677,7 @@ class Loader {
   }
 
   void rule(const SExpr& f) {
-    Options o = options(f, 1, {":name", ":ruleset", ":disabled"});
+    Options o = options(f, 1, {":name", ":ruleset", ":disabled", ":tolerance"});
     if (o.positional.size() != 2 || !o.positional[0]->is_list() || !o.positional[1]->is_list())
       error(f, "expected (rule (facts...) (actions...) :name \"...\")");
     Builder b = new_builder(f, o, "rule@" + std::to_string(f.line) + ":" + std::to_string(f.col));
@@ -681,7 +688,7 @@ class Loader {
   }
 
   void rewrite(const SExpr& f, bool both) {
-    Options o = options(f, 1, {":name", ":ruleset", ":disabled", ":when"}, {":subsume"});
+    Options o = options(f, 1, {":name", ":ruleset", ":disabled", ":tolerance", ":when"}, {":subsume"});
     if (o.positional.size() != 2) error(f, "expected (", f.head(), " lhs rhs :when (...) :name \"...\")");
     for (int dir = 0; dir < (both ? 2 : 1); ++dir) {
       const SExpr& lhs = *o.positional[dir];

@@ -46,7 +46,8 @@ const char* value_kind_name(ValueKind kind) {
 }
 
 Value Value::f64(double v) {
-  if (v == 0.0) v = 0.0;  // one zero: -0.0 and 0.0 compare equal, so they must hash equal
+  // -0.0 stays distinct from 0.0 (values compare by bits): a Constant -0.0 is a different
+  // program from a Constant 0.0 (x + -0.0 is x, x + 0.0 is not when x = -0.0).
   return Value(ValueKind::F64, std::bit_cast<uint64_t>(v));
 }
 double Value::as_f64() const { return std::bit_cast<double>(bits_); }

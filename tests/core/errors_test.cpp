@@ -94,7 +94,9 @@ TEST(Errors, ShapesAndAxes) {
   EXPECT_NE(error_of([&] { a.matmul(b); }).find("inner dimensions"), std::string::npos);
   EXPECT_NE(error_of([&] { a.reshape({4, 2}); }).find("cannot reshape"), std::string::npos);
   EXPECT_NE(error_of([&] { a.expand({4, 3}); }).find("cannot expand"), std::string::npos);
-  EXPECT_NE(error_of([&] { a.squeeze(0); }).find(""), std::string::npos);  // torch: no-op, no error
+  // squeeze of a dim that is not 1 is a no-op in torch: no error, same shape.
+  EXPECT_EQ(error_of([&] { a.squeeze(0); }), "<no error>");
+  EXPECT_EQ(a.squeeze(0).shape(), a.shape());
   EXPECT_NE(error_of([&] { (a + 1.0).persist(); }).find("only input tensors"), std::string::npos);
 }
 
@@ -113,4 +115,37 @@ TEST(Errors, RuntimeMisuse) {
   Graph other;
   auto z = other.tensor({2});
   EXPECT_NE(error_of([&] { rt.set_data(z, {1.f, 2.f}); }).find("different graph"), std::string::npos);
+}
+
+// A header is validated completely at open: sizes that overflow, overlapping tensors,
+// unknown dtypes, entries too large for int64.
+TEST(Errors, SafetensorsHeaderValidatedAtOpen) {
+  auto overflow = with_header(R"({"w":{"dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,0]}})", "");
+  EXPECT_NE(error_of([&] { SafetensorsFile::open(temp_file("ovf.st", overflow)); })
+                .find("tensor 'w': shape [4294967296,4294967296] has more elements than memory can hold"),
+            std::string::npos);
+  // 2^62 elements of 4 bytes: the element count fits, the byte count wraps to 0.
+  auto bytes_overflow = with_header(R"({"w":{"dtype":"F32","shape":[4611686018427387904],"data_offsets":[0,0]}})", "");
+  EXPECT_NE(error_of([&] { SafetensorsFile::open(temp_file("ovf2.st", bytes_overflow)); }).find("more elements"),
+            std::string::npos);
+  auto huge_dim = with_header(R"({"w":{"dtype":"F32","shape":[18446744073709551615],"data_offsets":[0,0]}})", "");
+  EXPECT_NE(error_of([&] { SafetensorsFile::open(temp_file("big.st", huge_dim)); }).find("too large"),
+            std::string::npos);
+  auto overlap = with_header(
+      R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"I32","shape":[2],"data_offsets":[4,12]}})",
+      std::string(12, '\0'));
+  EXPECT_EQ(error_of([&] { SafetensorsFile::open(temp_file("overlap.st", overlap)); }).substr(0, 13), "safetensors: ");
+  EXPECT_NE(error_of([&] { SafetensorsFile::open(temp_file("overlap.st", overlap)); }).find("'a' [0, 8) and 'b' [4, 12) overlap"),
+            std::string::npos);
+  auto reversed = with_header(R"({"w":{"dtype":"F32","shape":[1],"data_offsets":[4,0]}})", std::string(4, '\0'));
+  EXPECT_NE(error_of([&] { SafetensorsFile::open(temp_file("rev.st", reversed)); }).find("data_offsets [4, 0)"),
+            std::string::npos);
+  auto bad_dtype = with_header(R"({"w":{"dtype":"F8_E4M3","shape":[1],"data_offsets":[0,1]}})", std::string(1, '\0'));
+  EXPECT_NE(error_of([&] { SafetensorsFile::open(temp_file("dt2.st", bad_dtype)); }).find("tensor 'w'"),
+            std::string::npos);
+  // Empty tensors and tensors laid back to back are fine.
+  auto fine = with_header(
+      R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"e":{"dtype":"F32","shape":[0,3],"data_offsets":[8,8]},"b":{"dtype":"I32","shape":[1],"data_offsets":[8,12]}})",
+      std::string(12, '\0'));
+  EXPECT_EQ(SafetensorsFile::open(temp_file("fine.st", fine)).entries().size(), 3u);
 }

@@ -41,10 +41,18 @@ TEST(Runtime, DynamicDimsResolveAtExecute) {
   auto y = x.sum({0}).output();
   auto rt = cx.compile(luminal::ReferenceRuntime{}, luminal::CompileOptions{});
   for (int n : {1, 3}) {
-    std::vector<float> data(2 * n, 1.f);
+    // Rows [k - 1.5, -2k]: column sums differ per column and per n, so a wrong layout shows.
+    std::vector<float> data;
+    float col0 = 0, col1 = 0;
+    for (int k = 0; k < n; ++k) {
+      data.push_back(k - 1.5f);
+      data.push_back(-2.f * k);
+      col0 += k - 1.5f;
+      col1 += -2.f * k;
+    }
     rt.set_data(x, data);
     rt.execute({{"seq", n}});
-    EXPECT_EQ(rt.get_f32(y), (std::vector<float>{float(n), float(n)}));
+    EXPECT_EQ(rt.get_f32(y), (std::vector<float>{col0, col1}));
   }
   rt.set_data(x, {1.f, 2.f});
   EXPECT_THROW(rt.execute({}), luminal::Error);  // unknown dim at execute time

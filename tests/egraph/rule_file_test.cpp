@@ -143,3 +143,21 @@ TEST(RuleFile, LoadFileReportsPath) {
   std::remove(path.c_str());
   EXPECT_THROW(g.load_file("/nonexistent/rules.egg"), luminal::Error);
 }
+
+// :tolerance declares how far a rule's two sides may differ (read by the rule verifier).
+TEST(RuleFile, ToleranceOption) {
+  EGraph g;
+  g.load_string(kDecls, "decls.egg");
+  g.load_string(R"((rewrite (Add ?a ?b) (Add ?b ?a) :ruleset r :name "t" :tolerance 1e-4)
+(rule ((= ?e (Mul ?a ?b))) ((union ?e (Mul ?b ?a))) :ruleset r :tolerance 2)
+(rewrite (Mul ?a ?b) (Mul ?b ?a) :ruleset r :name "exact"))",
+                "tol.egg");
+  ASSERT_EQ(g.rules().size(), 3u);
+  EXPECT_DOUBLE_EQ(g.rules()[0].tolerance, 1e-4);
+  EXPECT_DOUBLE_EQ(g.rules()[1].tolerance, 2.0);
+  EXPECT_EQ(g.rules()[2].tolerance, 0.0);
+  EXPECT_EQ(load_error("(rewrite (Add ?a ?b) (Add ?b ?a) :tolerance -1)"),
+            "bad.egg:1:45: :tolerance expects a finite number >= 0, got -1");
+  EXPECT_EQ(load_error("(rewrite (Add ?a ?b) (Add ?b ?a) :tolerance \"x\")"),
+            "bad.egg:1:45: :tolerance expects a finite number >= 0, got \"x\"");
+}

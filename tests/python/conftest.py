@@ -20,7 +20,8 @@ def luminal_bin() -> Path:
     env = os.environ.get("LUMINAL_BIN")
     path = Path(env) if env else REPO_ROOT / "build" / "release" / "models" / "luminal"
     if not path.is_file() or not os.access(path, os.X_OK):
-        pytest.skip(f"luminal CLI not found at {path}: build it (cmake --preset release && "
+        # A missing binary is a failure, never a skip: a skipped suite looks green.
+        pytest.fail(f"luminal CLI not found at {path}: build it (cmake --preset release && "
                     f"cmake --build build/release) or set LUMINAL_BIN")
     return path
 

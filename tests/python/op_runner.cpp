@@ -191,6 +191,8 @@ const std::map<std::string, OpFn>& registry() {
        }},
       // ---- movement ----
       {"identity", [](Ins& in, const json&) -> Outs { return {in[0]}; }},
+      // A random view chain (test_view_chains.py): the view itself, and y * y read through it.
+      {"view_chain", [](Ins& in, const json&) -> Outs { return {in[0], in[0] * in[0]}; }},
       UNARY(contiguous),
       {"reshape", [](Ins& in, const json& a) -> Outs { return {in[0].reshape(to_shape(a.at("shape")))}; }},
       {"permute", [](Ins& in, const json& a) -> Outs { return {in[0].permute(ints(a.at("dims")))}; }},
@@ -263,6 +265,15 @@ GraphTensor apply_view(const GraphTensor& x, const json& v) {
   }
   if (kind == "expand") return x.expand(to_shape(v.at("shape")));
   if (kind == "flip") return x.flip(ints(v.at("dims")));
+  if (kind == "pad") return x.pad(v.at("axis"), v.at("before").get<int64_t>(), v.at("after").get<int64_t>(), arg(v, "value", 0.0));
+  if (kind == "squeeze") return x.squeeze(v.at("axis"));
+  if (kind == "unsqueeze") return x.unsqueeze(v.at("axis"));
+  if (kind == "reshape") return x.reshape(to_shape(v.at("shape")));
+  if (kind == "chain") {  // a list of steps, applied in order
+    GraphTensor y = x;
+    for (const auto& step : v.at("steps")) y = apply_view(y, step);
+    return y;
+  }
   fail("unknown view kind '", kind, "'");
 }
 

@@ -398,6 +398,15 @@ def gen_all():
     case("pow", "I32.scalar2.0", [rnd((3, 4), "I32", lo=-4, hi=5)], lambda v: torch.pow(v[0], 2), args={"scalar": 2.0})
     case("pow", "F32.special", [special("F32"), torch.full((10,), 2.0)], lambda v: torch.pow(v[0], v[1]))
     case("pow", "F32.special_exp", [torch.full((10,), 2.0), special("F32")], lambda v: torch.pow(v[0], v[1]))
+    # Every special base with every special exponent: C's pow special cases, which torch
+    # follows for a tensor exponent ((-inf) ** 2.5 = +inf, (-0) ** -3 = -inf, (-1) ** inf = 1).
+    for dt in ("F32", "F64"):
+        sp = special(dt)
+        case("pow", f"{dt}.special_x_special", [sp.repeat_interleave(len(SPECIAL)), sp.repeat(len(SPECIAL))],
+             lambda v: torch.pow(v[0], v[1]))
+    # Scalar exponents: torch's scalar kernel uses sqrt / rsqrt for 0.5 / -0.5.
+    for s in (2.5, -2.5, 3.0, -3.0, 0.5, -0.5):
+        case("pow", f"F32.special_scalar{s}", [special("F32")], lambda v, s=s: torch.pow(v[0], s), args={"scalar": s})
     case("pow", "F32.zero_base", [torch.zeros(4), torch.tensor([0.0, 1.0, 2.5, -1.0])],
          lambda v: torch.pow(v[0], v[1]))
 

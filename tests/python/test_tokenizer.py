@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-tokenizers = pytest.importorskip("tokenizers")
+import tokenizers  # noqa: E402  (a missing dependency fails the run, it never skips it)
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers  # noqa: E402
 
 LLAMA3_PATTERN = (
@@ -231,7 +231,7 @@ def texts_for(name: str, specials: list[str]) -> list[str]:
 @pytest.mark.parametrize("add_special", [True, False])
 def test_encode_matches_tokenizers(luminal_bin, tokenizer_files, name, add_special):
     if name not in tokenizer_files:
-        pytest.skip("models/default/tokenizer.json not present")
+        pytest.fail("models/default/tokenizer.json not present: the shipped default model is missing")
     path, specials = tokenizer_files[name]
     hf = Tokenizer.from_file(str(path))
     texts = texts_for(name, specials)
@@ -245,7 +245,7 @@ def test_encode_matches_tokenizers(luminal_bin, tokenizer_files, name, add_speci
 @pytest.mark.parametrize("skip_special", [False, True])
 def test_decode_matches_tokenizers(luminal_bin, tokenizer_files, name, skip_special):
     if name not in tokenizer_files:
-        pytest.skip("models/default/tokenizer.json not present")
+        pytest.fail("models/default/tokenizer.json not present: the shipped default model is missing")
     path, specials = tokenizer_files[name]
     hf = Tokenizer.from_file(str(path))
     texts = texts_for(name, specials)
@@ -261,7 +261,7 @@ def test_decode_matches_tokenizers(luminal_bin, tokenizer_files, name, skip_spec
 @pytest.mark.parametrize("name", NAMES)
 def test_round_trip(luminal_bin, tokenizer_files, name):
     if name not in tokenizer_files:
-        pytest.skip("models/default/tokenizer.json not present")
+        pytest.fail("models/default/tokenizer.json not present: the shipped default model is missing")
     path, specials = tokenizer_files[name]
     texts = [t for t in texts_for(name, specials) if "\u0301" not in t and "\u212b" not in t]  # NFC changes those
     ids = run_cli(luminal_bin, path, texts, "--no-special")
@@ -282,7 +282,7 @@ FUZZ_POOL = list("abcXYZ  \t\n\r\x0b\x0c\x85\xa0\u2028\u3000\u200b'sStTdDmM01234
 def test_random_strings_match(luminal_bin, tokenizer_files, name):
     """Seeded fuzzing: random mixtures of tricky characters and token fragments."""
     if name not in tokenizer_files:
-        pytest.skip("models/default/tokenizer.json not present")
+        pytest.fail("models/default/tokenizer.json not present: the shipped default model is missing")
     path, _ = tokenizer_files[name]
     hf = Tokenizer.from_file(str(path))
     rng = random.Random(1234)

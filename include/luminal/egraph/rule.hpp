@@ -70,6 +70,9 @@ struct Rule {
   std::string name;
   std::string ruleset;       // "" is the default ruleset
   std::string disabled;      // non-empty: loaded and checked, never run; the reason
+  // How far the two sides may differ numerically (relative, at least 1 in magnitude:
+  // |a - b| <= tolerance * max(1, |a|)); 0 means bit for bit. Read by the rule verifier.
+  double tolerance = 0;
   SourceLoc loc;
   std::vector<RuleVar> vars;
   std::vector<Atom> atoms;
