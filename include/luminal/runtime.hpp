@@ -48,7 +48,7 @@ class ProfileTimeout : public Error {
 
 // One stage of the rule schedule: its rule sets are saturated together, under their
 // own node and time budgets, before the next stage starts (so rules late in a file are
-// not starved by early ones). The "ir" list rules run in every stage.
+// not starved by early ones).
 struct RuleStage {
   std::string name;
   std::vector<std::string> rulesets;

@@ -90,7 +90,7 @@ std::shared_ptr<SaturatedSegment> saturate_segment(const Graph& segment, const R
   auto t1 = clock_type::now();
   egraph::EGraph& eg = *s->lowered.egraph;
   for (const RuleStage& stage : target.rule_stages(o)) {
-    std::vector<egraph::Schedule> sets = {egraph::Schedule::run("ir")};
+    std::vector<egraph::Schedule> sets;
     for (const auto& r : stage.rulesets) {
       LUMINAL_CHECK(eg.has_ruleset(r), "compile: rule stage '", stage.name, "' names unknown rule set '", r, "'");
       sets.push_back(egraph::Schedule::run(r));

@@ -63,8 +63,8 @@ Signature declare_signature(EGraph& g) {
   s.expr = *g.find_sort("Expr");
   s.icons = g.declare_constructor("ICons", {s.ir, s.exprlist, s.ilist}, s.ilist, 0);
   s.inil = g.declare_constructor("INil", {}, s.ilist, 0);
-  // List concatenation for rules that merge input lists; rules in ir.egg reduce it to
-  // ICons/INil, and it is never extracted itself.
+  // List concatenation for rules that merge input lists (the fusion rules reduce it to
+  // ICons/INil); never extracted itself.
   s.iappend = g.declare_constructor("IAppend", {s.ilist, s.ilist}, s.ilist, 0, /*unextractable=*/true);
   s.dtype_of = g.declare_function("dtype-of", {s.ir}, s.string, egraph::MergeKind::Old);
   s.shape_of = g.declare_function("shape-of", {s.ir}, s.exprlist, egraph::MergeKind::Old);
@@ -252,7 +252,7 @@ ShapeTracker decode_view(const Value& v) {
 }
 
 std::vector<std::string> core_rule_files() {
-  return {std::string(LUMINAL_SOURCE_DIR) + "/src/search/ir.egg", std::string(LUMINAL_SOURCE_DIR) + "/src/core/core.egg"};
+  return {std::string(LUMINAL_SOURCE_DIR) + "/src/core/core.egg"};
 }
 
 LoweredGraph lower_to_egraph(const Graph& g, const std::function<void(egraph::EGraph&)>& register_primitives) {

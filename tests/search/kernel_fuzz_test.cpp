@@ -67,7 +67,7 @@ FuzzResult fuzz(TestModel& m, int candidates) {
   for (auto& f : backend.rule_files()) files.push_back(f);
   search::load_rule_files(lowered, files);
   for (const auto& stage : backend.rule_stages(CompileOptions().rulesets({"core", "commute"}))) {
-    std::vector<egraph::Schedule> sets = {egraph::Schedule::run("ir")};
+    std::vector<egraph::Schedule> sets;
     for (auto& rs : stage.rulesets) sets.push_back(egraph::Schedule::run(rs));
     egraph::RunOptions ro;
     ro.node_limit = static_cast<size_t>(stage.node_limit);

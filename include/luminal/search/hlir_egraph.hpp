@@ -53,8 +53,7 @@ LoweredGraph lower_to_egraph(const Graph& g,
 // a declaration that breaks the convention is a luminal::Error naming file and line.
 void load_rule_files(LoweredGraph& lowered, const std::vector<std::string>& files);
 
-// Paths of the core rule files (always sound algebra over the primitives, and the IR
-// list rules every stage runs: ruleset "ir").
+// Paths of the core rule files (always sound algebra over the primitives).
 std::vector<std::string> core_rule_files();
 
 // A structural fingerprint of a graph: equal for graphs with the same ops, payloads,
