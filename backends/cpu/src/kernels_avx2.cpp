@@ -19,6 +19,23 @@ void convert_f16(const uint16_t* src, float* dst, int64_t n) {
   for (; j < n; ++j) dst[j] = _cvtsh_ss(src[j]);
 }
 
+struct Vec {
+  using type = __m256;
+  static constexpr int kWidth = 8;
+  static type zero() { return _mm256_setzero_ps(); }
+  static type load(const float* p) { return _mm256_loadu_ps(p); }
+  static type load_bf16(const uint16_t* p) {
+    const __m256i wide = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(wide, 16));
+  }
+  static type fmadd(type a, type b, type c) { return _mm256_fmadd_ps(a, b, c); }
+  static float sum(type v) {
+    const __m128 quad = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    const __m128 pair = _mm_add_ps(quad, _mm_movehl_ps(quad, quad));
+    return _mm_cvtss_f32(_mm_add_ss(pair, _mm_shuffle_ps(pair, pair, 1)));
+  }
+};
+
 #include "kernels_common.inc"
 
 void micro(int64_t kc, const float* a, const float* b, float* c, int64_t ldc, bool accumulate) {

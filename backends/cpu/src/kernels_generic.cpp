@@ -28,6 +28,29 @@ void convert_f16(const uint16_t* src, float* dst, int64_t n) {
   for (int64_t j = 0; j < n; ++j) dst[j] = half_to_float(src[j]);
 }
 
+// Four lanes of plain floats; the compiler maps them onto whatever the baseline has.
+struct Vec {
+  struct type {
+    float lane[4];
+  };
+  static constexpr int kWidth = 4;
+  static type zero() { return {{0.f, 0.f, 0.f, 0.f}}; }
+  static type load(const float* p) { return {{p[0], p[1], p[2], p[3]}}; }
+  static type load_bf16(const uint16_t* p) {
+    type v;
+    for (int l = 0; l < 4; ++l) {
+      const uint32_t bits = uint32_t{p[l]} << 16;
+      __builtin_memcpy(&v.lane[l], &bits, sizeof(float));
+    }
+    return v;
+  }
+  static type fmadd(type a, type b, type c) {
+    for (int l = 0; l < 4; ++l) c.lane[l] += a.lane[l] * b.lane[l];
+    return c;
+  }
+  static float sum(type v) { return (v.lane[0] + v.lane[1]) + (v.lane[2] + v.lane[3]); }
+};
+
 #include "kernels_common.inc"
 
 void micro(int64_t kc, const float* a, const float* b, float* c, int64_t ldc, bool accumulate) {
