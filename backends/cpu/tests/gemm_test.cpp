@@ -214,6 +214,10 @@ void check_cases(const std::vector<Case>& cases) {
     for (Isa isa : supported_isas()) {
       pin_isa(isa);
       check(pr, gemm, std::string("gemm/") + std::string(isa_name(isa)));
+      // The other algorithm on the same shape: GEMV for larger m, blocked for small m.
+      force_gemm_path(c.m <= gemv_max_rows() ? GemmPath::Blocked : GemmPath::Gemv);
+      check(pr, gemm, std::string("gemm/") + std::string(isa_name(isa)) + "/other-path");
+      force_gemm_path(GemmPath::Auto);
     }
     if (blas_supports(pr.args)) check(pr, [](const GemmArgs& g) { EXPECT_TRUE(blas_gemm(g)); }, "blas_gemm");
     if (testing::Test::HasFailure()) break;
