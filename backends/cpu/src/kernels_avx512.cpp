@@ -1,8 +1,10 @@
 // AVX-512F kernel table (this file is compiled with -mavx512f -mavx2 -mfma -mf16c): a
 // 12 x 32 micro-tile, 24 accumulators + 2 B vectors + 1 broadcast of the 32 zmm registers.
 // GCC 12's AVX-512 intrinsics pass _mm512_undefined_*() as the unused merge source,
-// which -Wmaybe-uninitialized reports at every call site (a GCC false positive).
+// which -Wmaybe-uninitialized (and, in sanitizer builds, -Wuninitialized) reports at
+// every call site: a GCC false positive.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 #include <immintrin.h>
 
 #include <cstdint>
