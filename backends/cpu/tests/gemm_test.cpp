@@ -236,6 +236,13 @@ TEST(CpuGemm, OddSizesPlain) {
     }
   }
   cases.push_back({200, 300, 600});  // several depth blocks, edge tiles both ways
+  // More columns than one packed B block (4096): a partial last block.
+  for (int64_t m : {2, 13}) {
+    Case wide{m, 4100, 20};
+    cases.push_back(wide);
+    wide.trans_b = true;
+    cases.push_back(wide);
+  }
   check_cases(cases);
 }
 
