@@ -40,10 +40,19 @@ struct Vec {
 #include "kernels_common.inc"
 
 void micro(int64_t kc, const float* a, const float* b, float* c, int64_t ldc, bool accumulate) {
+  // Fetch the C tile while the k loop runs, and B eight steps ahead: measured 5-7%
+  // less CPU time at 1024^3 (docs/CPU_BACKEND.md).
+#pragma GCC unroll 12
+  for (int r = 0; r < kMr; ++r) {
+    _mm_prefetch(reinterpret_cast<const char*>(c + r * ldc), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(c + r * ldc + 16), _MM_HINT_T0);
+  }
   __m512 acc[kMr][2];
 #pragma GCC unroll 12
   for (int r = 0; r < kMr; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
   for (int64_t p = 0; p < kc; ++p) {
+    _mm_prefetch(reinterpret_cast<const char*>(b + 8 * kNr), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(b + 8 * kNr + 16), _MM_HINT_T0);
     const __m512 b0 = _mm512_load_ps(b);
     const __m512 b1 = _mm512_load_ps(b + 16);
 #pragma GCC unroll 12
