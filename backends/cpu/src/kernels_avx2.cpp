@@ -22,6 +22,7 @@ void convert_f16(const uint16_t* src, float* dst, int64_t n) {
 struct Vec {
   using type = __m256;
   static constexpr int kWidth = 8;
+  static constexpr int kRegisters = 16;
   static type zero() { return _mm256_setzero_ps(); }
   static type load(const float* p) { return _mm256_loadu_ps(p); }
   static type load_bf16(const uint16_t* p) {

@@ -27,6 +27,7 @@ void convert_f16(const uint16_t* src, float* dst, int64_t n) {
 struct Vec {
   using type = __m512;
   static constexpr int kWidth = 16;
+  static constexpr int kRegisters = 32;
   static type zero() { return _mm512_setzero_ps(); }
   static type load(const float* p) { return _mm512_loadu_ps(p); }
   static type load_bf16(const uint16_t* p) {

@@ -34,6 +34,7 @@ struct Vec {
     float lane[4];
   };
   static constexpr int kWidth = 4;
+  static constexpr int kRegisters = 16;
   static type zero() { return {{0.f, 0.f, 0.f, 0.f}}; }
   static type load(const float* p) { return {{p[0], p[1], p[2], p[3]}}; }
   static type load_bf16(const uint16_t* p) {
