@@ -6,6 +6,10 @@
 
 #include "luminal/error.hpp"
 
+#if defined(__linux__)
+#include <sched.h>
+#endif
+
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 #define LUMINAL_CPU_RELAX() _mm_pause()
@@ -40,6 +44,13 @@ int threads_from_environment() {
                   "LUMINAL_NUM_THREADS must be a thread count >= 1, got '", env, "'");
     return static_cast<int>(value);
   }
+#if defined(__linux__)
+  // The CPUs this process may run on (taskset, cgroup cpusets), which
+  // hardware_concurrency() ignores.
+  cpu_set_t allowed;
+  CPU_ZERO(&allowed);
+  if (sched_getaffinity(0, sizeof allowed, &allowed) == 0 && CPU_COUNT(&allowed) > 0) return CPU_COUNT(&allowed);
+#endif
   const unsigned hw = std::thread::hardware_concurrency();
   return hw == 0 ? 1 : static_cast<int>(hw);
 }

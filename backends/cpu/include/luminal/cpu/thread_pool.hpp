@@ -24,8 +24,8 @@ namespace luminal::cpu {
 
 class ThreadPool {
  public:
-  // The process-wide pool: std::thread::hardware_concurrency() threads, or the value of
-  // the environment variable LUMINAL_NUM_THREADS when set (>= 1).
+  // The process-wide pool: one thread per CPU this process may run on (its affinity
+  // mask on Linux, else hardware_concurrency()), or LUMINAL_NUM_THREADS when set (>= 1).
   static ThreadPool& global();
 
   explicit ThreadPool(int num_threads);
