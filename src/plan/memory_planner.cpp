@@ -145,7 +145,7 @@ MemoryPlan pack(std::span<const BufferUse> buffers, int64_t alignment) {
 }
 
 ProgramBuffers program_buffers(const Graph& program, const DimMap& upper_dims,
-                               const std::function<bool(NodeId)>& needs_buffer) {
+                               const std::function<bool(NodeId)>& needs_buffer, const InPlace& in_place) {
   const size_t n = program.size();
   LUMINAL_CHECK(n <= size_t{std::numeric_limits<int32_t>::max()}, "memory planner: program too large (", n,
                 " nodes)");
@@ -173,6 +173,8 @@ ProgramBuffers program_buffers(const Graph& program, const DimMap& upper_dims,
   }
 
   ProgramBuffers result;
+  std::vector<int32_t> use_of(n, -1);    // index into result.uses
+  std::vector<bool> hosts_alias(n, false);  // its buffer was taken over in place
   const int32_t last_step = n == 0 ? 0 : static_cast<int32_t>(n - 1);
   for (NodeId id = 0; id < n; ++id) {
     if (!in_arena[id]) continue;
@@ -192,15 +194,28 @@ ProgramBuffers program_buffers(const Graph& program, const DimMap& upper_dims,
     } else {
       for (NodeId c : consumers[id]) last = std::max(last, runs_at[c]);
     }
-    result.uses.push_back(BufferUse{bytes, static_cast<int32_t>(id), last});
+    BufferUse use{bytes, static_cast<int32_t>(id), last};
+    if (in_place) {
+      for (const NodeInput& in : node.inputs) {
+        const NodeId p = in.node;
+        if (use_of[p] < 0 || hosts_alias[p] || program.node(p).op == OpKind::Output) continue;
+        const BufferUse& host = result.uses[static_cast<size_t>(use_of[p])];
+        if (host.last != static_cast<int32_t>(id) || host.bytes < bytes || !in_place(id, p)) continue;
+        use.alias_of = use_of[p];
+        hosts_alias[p] = true;
+        break;
+      }
+    }
+    use_of[id] = static_cast<int32_t>(result.uses.size());
+    result.uses.push_back(use);
     result.nodes.push_back(id);
   }
   return result;
 }
 
 MemoryPlan plan_program(const Graph& program, const DimMap& upper_dims,
-                        const std::function<bool(NodeId)>& needs_buffer, int64_t alignment) {
-  const ProgramBuffers buffers = program_buffers(program, upper_dims, needs_buffer);
+                        const std::function<bool(NodeId)>& needs_buffer, int64_t alignment, const InPlace& in_place) {
+  const ProgramBuffers buffers = program_buffers(program, upper_dims, needs_buffer, in_place);
   MemoryPlan packed = pack(buffers.uses, alignment);
   std::vector<int64_t> by_node(program.size(), kNotInArena);
   for (size_t i = 0; i < buffers.nodes.size(); ++i) by_node[buffers.nodes[i]] = packed.offsets[i];

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
 #include <random>
 
 #include "luminal/luminal.hpp"
@@ -265,13 +266,17 @@ TEST(MemoryPlanner, RandomProgramsSurviveASimulatedExecution) {
     for (auto&& m : materialised) m = !fuse_some || std::uniform_int_distribution<int>(0, 2)(rng) != 0;
     const DimMap upper = {{"seq", std::uniform_int_distribution<int64_t>(1, 9)(rng)}};
     const int64_t alignment = seed % 2 == 0 ? 64 : 16;
-    const MemoryPlan plan = plan::plan_program(g, upper, [&](NodeId id) { return bool(materialised[id]); }, alignment);
+    // Half the seeds let every node run in place wherever the planner allows it.
+    plan::InPlace in_place;
+    if (seed % 4 >= 2) in_place = [](NodeId, NodeId) { return true; };
+    const MemoryPlan plan =
+        plan::plan_program(g, upper, [&](NodeId id) { return bool(materialised[id]); }, alignment, in_place);
     ASSERT_EQ(plan.offsets.size(), g.size());
     EXPECT_LE(plan.live_peak_bytes, plan.arena_bytes);
     EXPECT_LE(plan.arena_bytes, plan.naive_bytes);
 
     const plan::ProgramBuffers buffers =
-        plan::program_buffers(g, upper, [&](NodeId id) { return bool(materialised[id]); });
+        plan::program_buffers(g, upper, [&](NodeId id) { return bool(materialised[id]); }, in_place);
     std::vector<int64_t> bytes(g.size(), 0);
     for (size_t i = 0; i < buffers.nodes.size(); ++i) bytes[buffers.nodes[i]] = buffers.uses[i].bytes;
 
@@ -304,6 +309,51 @@ TEST(MemoryPlanner, RandomProgramsSurviveASimulatedExecution) {
     for (NodeId out : outputs) expect_intact(out, static_cast<NodeId>(g.size()));
     if (testing::Test::HasFailure()) return;
   }
+}
+
+TEST(MemoryPlanner, InPlaceOpsTakeOverTheirInputsLastRead) {
+  // x -> a -> b -> c -> out, each the only reader of the previous: in place, the whole
+  // chain lives in one slot (two without in-place, see the test above).
+  Graph g;
+  auto x = g.tensor({1024});
+  auto a = x.exp2();
+  auto b = a.sin();
+  auto c = b.sqrt();
+  auto out = c.output();
+  const auto all = [](NodeId) { return true; };
+  const auto always = [](NodeId, NodeId) { return true; };
+  const MemoryPlan plan = plan::plan_program(g, {}, all, 64, always);
+  EXPECT_EQ(plan.arena_bytes, 4096);
+  EXPECT_EQ(plan.naive_bytes, 4096);
+  for (NodeId id : {b.id(), c.id(), out.id()}) EXPECT_EQ(plan.offsets[id], plan.offsets[a.id()]);
+  // The callback can refuse.
+  const MemoryPlan refused = plan::plan_program(g, {}, all, 64, [&](NodeId node, NodeId) { return node != c.id(); });
+  EXPECT_EQ(refused.arena_bytes, 2 * 4096);
+}
+
+TEST(MemoryPlanner, InPlaceNeedsTheLastReaderAndNoOutput) {
+  Graph g;
+  auto x = g.tensor({256});
+  auto y = x.exp2();
+  auto z = y.sin();     // y is read again below: z may not overwrite it
+  auto w = (z + y).output();
+  auto v = w.sqrt();    // w is an Output: v, the last step and so its last reader, may not overwrite it
+  const auto all = [](NodeId) { return true; };
+  const auto always = [](NodeId, NodeId) { return true; };
+  const plan::ProgramBuffers buffers = plan::program_buffers(g, {}, all, always);
+  std::map<NodeId, int32_t> alias;  // node -> node whose buffer it took over
+  for (size_t i = 0; i < buffers.nodes.size(); ++i) {
+    if (buffers.uses[i].alias_of >= 0) alias[buffers.nodes[i]] = static_cast<int32_t>(buffers.nodes[buffers.uses[i].alias_of]);
+  }
+  EXPECT_EQ(alias.count(z.id()), 0u);
+  EXPECT_EQ(alias.count(v.id()), 0u);
+  EXPECT_EQ(v.id(), g.size() - 1);
+  // No buffer hosts two in-place successors.
+  std::map<int32_t, int> hosted;
+  for (auto [node, host] : alias) EXPECT_EQ(++hosted[host], 1) << "buffer of node " << host;
+  const MemoryPlan plan = plan::plan_program(g, {}, all, 64, always);
+  EXPECT_NE(plan.offsets[z.id()], plan.offsets[y.id()]);
+  EXPECT_NE(plan.offsets[v.id()], plan.offsets[w.id()]);
 }
 
 TEST(MemoryPlanner, SummaryReportsTheNumbers) {

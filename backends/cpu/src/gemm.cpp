@@ -28,7 +28,7 @@ namespace {
 constexpr int64_t kKc = 256;           // depth per packed block
 constexpr int64_t kMcRows = 144;       // rows per task block (rounded down to MR)
 constexpr int64_t kNc = 4096;          // columns per packed B block
-constexpr int64_t kGemvMaxRows = 4;    // m at or below this takes the GEMV path
+constexpr int64_t kGemvMaxRows = 8;      // m at or below this takes the GEMV path (measured: docs/CPU_BACKEND.md)
 constexpr int64_t kGemvRowsChunk = 256;  // GEMV (rows layout) columns per task
 constexpr int64_t kGemvColsChunk = 32;   // GEMV (columns layout) columns per task
 constexpr int64_t kPackBudget = int64_t{32} << 20;  // bytes of packed panels per round of batches
@@ -59,20 +59,50 @@ const void* b_element(const GemmArgs& g, int64_t batch, int64_t p, int64_t j) {
   return static_cast<const char*>(g.b) + (batch * g.b_batch_stride + p * g.b_row_stride + j * g.b_col_stride) * eb;
 }
 
-// Panel q of B (columns jc + q*NR ..) over depth [pc, pc + kc): dst[p * NR + j].
+// B block (depth [pc, pc + kc), columns [jc, jc + nc)) packed as panels of NR columns:
+// panel q holds dst[q * kc * NR + p * NR + j]. Work items are chosen along B's
+// contiguous dim, so every read is a long stream: rows of B when its columns are
+// contiguous (row-major), panels when its rows are (a transposed Linear weight).
+struct BPacking {
+  bool by_rows;
+  int64_t items_per_copy;
+};
+constexpr int64_t kPackRowsPerItem = 8;
+
+BPacking b_packing(const GemmArgs& g, int64_t kc, int64_t n_panels) {
+  if (g.b_col_stride == 1) return {true, ceil_div(kc, kPackRowsPerItem)};
+  return {false, n_panels};
+}
+
+void pack_b_rows(const detail::Kernels& kern, const GemmArgs& g, int64_t batch, int64_t pc, int64_t kc, int64_t p0,
+                 int64_t p1, int64_t jc, int64_t nc, float* dst) {
+  const int64_t nr = kern.nr;
+  alignas(64) float row[kNc];
+  for (int64_t p = p0; p < p1; ++p) {
+    kern.convert(b_element(g, batch, pc + p, jc), g.b_dtype, row, nc);
+    for (int64_t q = 0, j = 0; j < nc; ++q, j += nr) {
+      const int64_t nv = std::min(nr, nc - j);
+      float* out = dst + q * kc * nr + p * nr;
+      std::memcpy(out, row + j, static_cast<size_t>(nv) * sizeof(float));
+      std::fill(out + nv, out + nr, 0.f);
+    }
+  }
+}
+
 void pack_b_panel(const detail::Kernels& kern, const GemmArgs& g, int64_t batch, int64_t pc, int64_t kc, int64_t j0,
                   int64_t nv, float* dst) {
   const int64_t nr = kern.nr;
-  if (g.b_col_stride == 1) {
-    for (int64_t p = 0; p < kc; ++p) {
-      kern.convert(b_element(g, batch, pc + p, j0), g.b_dtype, dst + p * nr, nv);
-      std::fill(dst + p * nr + nv, dst + (p + 1) * nr, 0.f);
-    }
-    return;
-  }
   if (g.b_row_stride == 1) {
+    // Each column is a short contiguous run (kc values); fetch a few columns ahead,
+    // since the hardware prefetcher has no time to learn such short streams.
+    constexpr int64_t kColumnsAhead = 4;
+    const int64_t run_bytes = kc * static_cast<int64_t>(dtype_bytes(g.b_dtype));
     alignas(64) float column[kKc];
     for (int64_t j = 0; j < nr; ++j) {
+      if (j + kColumnsAhead < nv) {
+        const char* ahead = static_cast<const char*>(b_element(g, batch, pc, j0 + j + kColumnsAhead));
+        for (int64_t byte = 0; byte < run_bytes; byte += 64) __builtin_prefetch(ahead + byte);
+      }
       if (j < nv) {
         kern.convert(b_element(g, batch, pc, j0 + j), g.b_dtype, column, kc);
         for (int64_t p = 0; p < kc; ++p) dst[p * nr + j] = column[p];
@@ -148,13 +178,19 @@ void gemm_blocked(const detail::Kernels& kern, const GemmArgs& g, ThreadPool& po
         const int64_t kc = std::min(kKc, g.k - pc);
         const bool first = pc == 0, last = pc + kc == g.k;
         // Pack: B panels of every distinct batch, then A panels of every batch.
-        const int64_t b_items = b_copies * n_panels;
+        const BPacking bp = b_packing(g, kc, n_panels);
+        const int64_t b_items = b_copies * bp.items_per_copy;
         pool.parallel_for(0, b_items + gb * m_panels, 4, [&](int64_t begin, int64_t end) {
           for (int64_t item = begin; item < end; ++item) {
             if (item < b_items) {
-              const int64_t bi = item / n_panels, q = item % n_panels;
-              pack_b_panel(kern, g, b0 + bi, pc, kc, jc + q * nr, std::min(nr, nc - q * nr),
-                           packed_b + bi * b_floats + q * kc * nr);
+              const int64_t bi = item / bp.items_per_copy, x = item % bp.items_per_copy;
+              float* dst = packed_b + bi * b_floats;
+              if (bp.by_rows) {
+                const int64_t p0 = x * kPackRowsPerItem;
+                pack_b_rows(kern, g, b0 + bi, pc, kc, p0, std::min(kc, p0 + kPackRowsPerItem), jc, nc, dst);
+              } else {
+                pack_b_panel(kern, g, b0 + bi, pc, kc, jc + x * nr, std::min(nr, nc - x * nr), dst + x * kc * nr);
+              }
             } else {
               const int64_t bi = (item - b_items) / m_panels, s = (item - b_items) % m_panels;
               pack_a_panel(mr, g, b0 + bi, pc, kc, s * mr, std::min(mr, g.m - s * mr),
@@ -241,8 +277,9 @@ void gemm_gemv(const detail::Kernels& kern, const GemmArgs& g, ThreadPool& pool)
   });
 }
 
-// ---- ISA selection ----
+// ---- ISA and path selection ----
 std::atomic<int> g_active_isa{-1};
+std::atomic<GemmPath> g_forced_path{GemmPath::Auto};
 
 Isa parse_isa(std::string_view name) {
   if (name == "generic") return Isa::Generic;
@@ -322,6 +359,9 @@ Isa active_isa() {
   return static_cast<Isa>(isa);
 }
 
+void force_gemm_path(GemmPath path) { g_forced_path.store(path); }
+int64_t gemv_max_rows() { return kGemvMaxRows; }
+
 const detail::Kernels& detail::active_kernels() { return kernels_for(active_isa()); }
 
 GemmArgs GemmArgs::row_major(int64_t m, int64_t n, int64_t k, const float* a, const void* b, float* c, DType b_dtype) {
@@ -363,7 +403,9 @@ void gemm(const GemmArgs& g) {
     return;
   }
   const bool gemv_layout = g.b_col_stride == 1 || g.b_row_stride == 1;
-  if (g.m <= kGemvMaxRows && gemv_layout) {
+  const GemmPath path = g_forced_path.load(std::memory_order_relaxed);
+  const bool small_m = path == GemmPath::Auto ? g.m <= kGemvMaxRows : path == GemmPath::Gemv;
+  if (small_m && gemv_layout) {
     gemm_gemv(kern, g, pool);
   } else {
     gemm_blocked(kern, g, pool);

@@ -19,13 +19,36 @@ void convert_f16(const uint16_t* src, float* dst, int64_t n) {
   for (; j < n; ++j) dst[j] = _cvtsh_ss(src[j]);
 }
 
+struct Vec {
+  using type = __m256;
+  static constexpr int kWidth = 8;
+  static constexpr int kRegisters = 16;
+  static type zero() { return _mm256_setzero_ps(); }
+  static type load(const float* p) { return _mm256_loadu_ps(p); }
+  static type load_bf16(const uint16_t* p) {
+    const __m256i wide = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(wide, 16));
+  }
+  static type fmadd(type a, type b, type c) { return _mm256_fmadd_ps(a, b, c); }
+  static float sum(type v) {
+    const __m128 quad = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    const __m128 pair = _mm_add_ps(quad, _mm_movehl_ps(quad, quad));
+    return _mm_cvtss_f32(_mm_add_ss(pair, _mm_shuffle_ps(pair, pair, 1)));
+  }
+};
+
 #include "kernels_common.inc"
 
 void micro(int64_t kc, const float* a, const float* b, float* c, int64_t ldc, bool accumulate) {
+  // Fetch the C tile while the k loop runs, and B eight steps ahead (as in the AVX-512 kernel).
+#pragma GCC unroll 6
+  for (int r = 0; r < kMr; ++r) _mm_prefetch(reinterpret_cast<const char*>(c + r * ldc), _MM_HINT_T0);
   __m256 acc[kMr][2];
 #pragma GCC unroll 6
   for (int r = 0; r < kMr; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
+#pragma GCC unroll 4
   for (int64_t p = 0; p < kc; ++p) {
+    _mm_prefetch(reinterpret_cast<const char*>(b + 8 * kNr), _MM_HINT_T0);
     const __m256 b0 = _mm256_load_ps(b);
     const __m256 b1 = _mm256_load_ps(b + 8);
 #pragma GCC unroll 6

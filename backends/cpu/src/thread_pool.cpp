@@ -6,6 +6,10 @@
 
 #include "luminal/error.hpp"
 
+#if defined(__linux__)
+#include <sched.h>
+#endif
+
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 #define LUMINAL_CPU_RELAX() _mm_pause()
@@ -40,6 +44,13 @@ int threads_from_environment() {
                   "LUMINAL_NUM_THREADS must be a thread count >= 1, got '", env, "'");
     return static_cast<int>(value);
   }
+#if defined(__linux__)
+  // The CPUs this process may run on (taskset, cgroup cpusets), which
+  // hardware_concurrency() ignores.
+  cpu_set_t allowed;
+  CPU_ZERO(&allowed);
+  if (sched_getaffinity(0, sizeof allowed, &allowed) == 0 && CPU_COUNT(&allowed) > 0) return CPU_COUNT(&allowed);
+#endif
   const unsigned hw = std::thread::hardware_concurrency();
   return hw == 0 ? 1 : static_cast<int>(hw);
 }
@@ -68,21 +79,34 @@ ThreadPool::~ThreadPool() {
   for (std::thread& t : workers_) t.join();
 }
 
-void ThreadPool::work_on_job() {
+void ThreadPool::work_on_job(uint64_t generation) {
   const bool was_in_task = t_in_task;
   t_in_task = true;
+  uint64_t claim = claim_.load(std::memory_order_acquire);
   for (;;) {
-    if (failed_.load(std::memory_order_relaxed)) break;
-    const int64_t b = next_.fetch_add(grain_, std::memory_order_relaxed);
-    if (b >= end_) break;
-    const int64_t e = end_ - b < grain_ ? end_ : b + grain_;
-    try {
-      fn_(ctx_, b, e);
-    } catch (...) {
-      std::lock_guard lock(error_mutex_);
-      if (!error_) error_ = std::current_exception();
-      failed_.store(true, std::memory_order_relaxed);
+    if ((claim >> 32) != (generation & 0xffffffffu)) break;  // a newer job (or none)
+    const int64_t chunk = static_cast<int64_t>(claim & 0xffffffffu);
+    if (chunk >= chunks_.load(std::memory_order_relaxed)) break;
+    if (!claim_.compare_exchange_weak(claim, claim + 1, std::memory_order_acq_rel, std::memory_order_acquire)) {
+      continue;  // `claim` now holds the current value
     }
+    // The job cannot end while this claimed chunk is not done, so its fields are live.
+    if (!failed_.load(std::memory_order_relaxed)) {
+      const int64_t b = begin_ + chunk * grain_;
+      const int64_t e = end_ - b < grain_ ? end_ : b + grain_;
+      try {
+        fn_(ctx_, b, e);
+      } catch (...) {
+        std::lock_guard lock(error_mutex_);
+        if (!error_) error_ = std::current_exception();
+        failed_.store(true, std::memory_order_relaxed);
+      }
+    }
+    if (chunks_done_.fetch_add(1, std::memory_order_acq_rel) + 1 == chunks_.load(std::memory_order_relaxed)) {
+      std::lock_guard lock(mutex_);
+      done_cv_.notify_all();
+    }
+    claim = claim_.load(std::memory_order_acquire);
   }
   t_in_task = was_in_task;
 }
@@ -96,11 +120,7 @@ void ThreadPool::worker_loop() {
       if (stop_) return;
     }
     seen = generation_.load(std::memory_order_acquire);
-    work_on_job();
-    if (pending_workers_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
-      std::lock_guard lock(mutex_);
-      done_cv_.notify_one();
-    }
+    work_on_job(seen);
   }
 }
 
@@ -121,24 +141,29 @@ void ThreadPool::run(int64_t begin, int64_t end, int64_t grain, ChunkFn fn, void
     t_in_task = was_in_task;
     return;
   }
+  const int64_t chunks = (end - begin - 1) / grain + 1;
+  LUMINAL_CHECK(chunks < (int64_t{1} << 32), "parallel_for: ", chunks, " chunks; use a larger grain");
   std::lock_guard submit(submit_mutex_);
   fn_ = fn;
   ctx_ = ctx;
+  begin_ = begin;
   end_ = end;
   grain_ = grain;
-  next_.store(begin, std::memory_order_relaxed);
+  chunks_.store(chunks, std::memory_order_relaxed);
+  chunks_done_.store(0, std::memory_order_relaxed);
   failed_.store(false, std::memory_order_relaxed);
   error_ = nullptr;
-  pending_workers_.store(static_cast<int>(workers_.size()), std::memory_order_relaxed);
+  const uint64_t generation = generation_.load(std::memory_order_relaxed) + 1;
+  claim_.store((generation & 0xffffffffu) << 32, std::memory_order_release);
   {
     std::lock_guard lock(mutex_);
-    generation_.fetch_add(1, std::memory_order_release);
+    generation_.store(generation, std::memory_order_release);
   }
   wake_cv_.notify_all();
-  work_on_job();
-  if (!spin_until([&] { return pending_workers_.load(std::memory_order_acquire) == 0; })) {
+  work_on_job(generation);
+  if (!spin_until([&] { return chunks_done_.load(std::memory_order_acquire) == chunks; })) {
     std::unique_lock lock(mutex_);
-    done_cv_.wait(lock, [&] { return pending_workers_.load(std::memory_order_acquire) == 0; });
+    done_cv_.wait(lock, [&] { return chunks_done_.load(std::memory_order_acquire) == chunks; });
   }
   if (error_) std::rethrow_exception(error_);
 }

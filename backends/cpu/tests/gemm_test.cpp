@@ -72,7 +72,8 @@ double activation(double x, Epilogue e) {
 struct Case {
   int64_t m, n, k, batch = 1;
   bool trans_a = false, trans_b = false;
-  int64_t pad = 0;  // extra elements per row of every operand (strided views)
+  int64_t pad = 0;   // extra elements per row of every operand (strided views)
+  int64_t step = 1;  // spacing of the fast dim of A and B: > 1 leaves neither stride 1
   DType b_dtype = DType::F32;
   bool a_broadcast = false, b_broadcast = false;
   bool bias = false;
@@ -82,7 +83,7 @@ struct Case {
 std::string describe(const Case& c) {
   std::ostringstream os;
   os << c.m << "x" << c.n << "x" << c.k << " batch " << c.batch << (c.trans_a ? " A^T" : "") << (c.trans_b ? " B^T" : "")
-     << " pad " << c.pad << " " << dtype_name(c.b_dtype) << (c.a_broadcast ? " bcastA" : "")
+     << " pad " << c.pad << " step " << c.step << " " << dtype_name(c.b_dtype) << (c.a_broadcast ? " bcastA" : "")
      << (c.b_broadcast ? " bcastB" : "") << (c.bias ? " bias " : " ") << epilogue_name(c.epilogue);
   return os.str();
 }
@@ -121,18 +122,18 @@ Problem make_problem(const Case& c, uint32_t seed) {
   g.m = c.m, g.n = c.n, g.k = c.k, g.batch = c.batch;
   // A (m x k): row-major rows of k + pad, or stored transposed (k rows of m + pad).
   const int64_t a_rows = c.trans_a ? c.k : c.m, a_cols = c.trans_a ? c.m : c.k;
-  const int64_t a_ld = a_cols + c.pad;
+  const int64_t a_ld = a_cols * c.step + c.pad;
   const int64_t a_batch = a_rows * a_ld + c.pad;
-  g.a_row_stride = c.trans_a ? 1 : a_ld;
-  g.a_col_stride = c.trans_a ? a_ld : 1;
+  g.a_row_stride = c.trans_a ? c.step : a_ld;
+  g.a_col_stride = c.trans_a ? a_ld : c.step;
   g.a_batch_stride = c.a_broadcast ? 0 : a_batch;
   pr.a.resize(static_cast<size_t>((c.a_broadcast ? 1 : c.batch) * a_batch));
   for (float& x : pr.a) x = value();
   const int64_t b_rows = c.trans_b ? c.n : c.k, b_cols = c.trans_b ? c.k : c.n;
-  const int64_t b_ld = b_cols + c.pad;
+  const int64_t b_ld = b_cols * c.step + c.pad;
   const int64_t b_batch = b_rows * b_ld + c.pad;
-  g.b_row_stride = c.trans_b ? 1 : b_ld;
-  g.b_col_stride = c.trans_b ? b_ld : 1;
+  g.b_row_stride = c.trans_b ? c.step : b_ld;
+  g.b_col_stride = c.trans_b ? b_ld : c.step;
   g.b_batch_stride = c.b_broadcast ? 0 : b_batch;
   g.b_dtype = c.b_dtype;
   const size_t b_size = static_cast<size_t>((c.b_broadcast ? 1 : c.batch) * b_batch);
@@ -213,6 +214,10 @@ void check_cases(const std::vector<Case>& cases) {
     for (Isa isa : supported_isas()) {
       pin_isa(isa);
       check(pr, gemm, std::string("gemm/") + std::string(isa_name(isa)));
+      // The other algorithm on the same shape: GEMV for larger m, blocked for small m.
+      force_gemm_path(c.m <= gemv_max_rows() ? GemmPath::Blocked : GemmPath::Gemv);
+      check(pr, gemm, std::string("gemm/") + std::string(isa_name(isa)) + "/other-path");
+      force_gemm_path(GemmPath::Auto);
     }
     if (blas_supports(pr.args)) check(pr, [](const GemmArgs& g) { EXPECT_TRUE(blas_gemm(g)); }, "blas_gemm");
     if (testing::Test::HasFailure()) break;
@@ -231,6 +236,13 @@ TEST(CpuGemm, OddSizesPlain) {
     }
   }
   cases.push_back({200, 300, 600});  // several depth blocks, edge tiles both ways
+  // More columns than one packed B block (4096): a partial last block.
+  for (int64_t m : {2, 13}) {
+    Case wide{m, 4100, 20};
+    cases.push_back(wide);
+    wide.trans_b = true;
+    cases.push_back(wide);
+  }
   check_cases(cases);
 }
 
@@ -242,6 +254,8 @@ TEST(CpuGemm, TransposedAndStridedOperands) {
         for (int64_t pad : {0, 3}) {
           Case c{m, 47, 129};
           c.trans_a = ta, c.trans_b = tb, c.pad = pad;
+          cases.push_back(c);
+          c.step = 2;  // no unit stride anywhere: the general packing paths
           cases.push_back(c);
         }
       }
@@ -291,6 +305,11 @@ TEST(CpuGemm, HalfPrecisionWeights) {
     Case batched{5, 33, 65, 2};
     batched.b_dtype = dt, batched.b_broadcast = true;
     cases.push_back(batched);
+    Case strided{2, 19, 40};
+    strided.b_dtype = dt, strided.step = 3;
+    cases.push_back(strided);
+    strided.m = 30;
+    cases.push_back(strided);
   }
   check_cases(cases);
 }

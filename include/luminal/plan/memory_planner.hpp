@@ -53,6 +53,14 @@ struct ProgramBuffers {
   std::vector<NodeId> nodes;
 };
 
+// May `node` write its result over the buffer of its input `input` (an in-place op)?
+// Say yes only when the kernel of `node` reads each element of `input`, through any
+// fused path, before or at the position where it writes the same element (elementwise
+// ops over identical contiguous views). The planner adds the rest: `input` has an arena
+// buffer at least as large, is not an Output, `node` is its last reader, and no other
+// node already took it over.
+using InPlace = std::function<bool(NodeId node, NodeId input)>;
+
 // Lifetimes of the buffers of a program Graph (nodes in topological order; step = node
 // index). Inputs (user or persisted data) are not in the arena. Outputs are, and live
 // to the last step. Every other node for which `needs_buffer(id)` holds lives from its
@@ -60,13 +68,15 @@ struct ProgramBuffers {
 // its consumers (fused), so its own inputs are read when those consumers run: reads
 // through it count at its consumers' steps. Sizes are dtype bytes x numel with every
 // symbolic dim evaluated at `upper_dims`; a dim missing there throws luminal::Error.
+// With `in_place`, a node may take over an input's buffer (BufferUse::alias_of).
 ProgramBuffers program_buffers(const Graph& program, const DimMap& upper_dims,
-                               const std::function<bool(NodeId)>& needs_buffer);
+                               const std::function<bool(NodeId)>& needs_buffer, const InPlace& in_place = {});
 
 // pack(program_buffers(...)), with offsets indexed by NodeId (kNotInArena for nodes
 // outside the arena).
 MemoryPlan plan_program(const Graph& program, const DimMap& upper_dims,
-                        const std::function<bool(NodeId)>& needs_buffer, int64_t alignment = 64);
+                        const std::function<bool(NodeId)>& needs_buffer, int64_t alignment = 64,
+                        const InPlace& in_place = {});
 
 // One line for logs: "arena 1.50 MiB (naive 4.00 MiB, live peak 1.50 MiB, 37.5% of naive)".
 std::string summary(const MemoryPlan& plan);

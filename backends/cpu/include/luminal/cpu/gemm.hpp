@@ -52,6 +52,13 @@ void validate(const GemmArgs& args);
 // one it runs serially).
 void gemm(const GemmArgs& args);
 
+// ---- which algorithm (tests and benchmarks) ----
+// Auto: GEMV for m <= gemv_max_rows() when B has a unit stride, else blocked. Gemv
+// applies only where B has a unit stride (else blocked runs).
+enum class GemmPath : uint8_t { Auto, Blocked, Gemv };
+void force_gemm_path(GemmPath path);
+int64_t gemv_max_rows();
+
 // ---- instruction sets ----
 enum class Isa : uint8_t { Generic, Avx2, Avx512 };
 std::string_view isa_name(Isa isa);

@@ -24,8 +24,8 @@ namespace luminal::cpu {
 
 class ThreadPool {
  public:
-  // The process-wide pool: std::thread::hardware_concurrency() threads, or the value of
-  // the environment variable LUMINAL_NUM_THREADS when set (>= 1).
+  // The process-wide pool: one thread per CPU this process may run on (its affinity
+  // mask on Linux, else hardware_concurrency()), or LUMINAL_NUM_THREADS when set (>= 1).
   static ThreadPool& global();
 
   explicit ThreadPool(int num_threads);
@@ -52,21 +52,28 @@ class ThreadPool {
   using ChunkFn = void (*)(void*, int64_t, int64_t);
   void run(int64_t begin, int64_t end, int64_t grain, ChunkFn fn, void* ctx);
   void worker_loop();
-  void work_on_job();
+  // Claims and runs chunks of job `generation` until none are left or a newer job
+  // replaced it.
+  void work_on_job(uint64_t generation);
 
   std::vector<std::thread> workers_;
   std::mutex submit_mutex_;  // one job at a time; other callers wait their turn
   std::mutex mutex_;
   std::condition_variable wake_cv_, done_cv_;
   std::atomic<uint64_t> generation_{0};
-  std::atomic<int> pending_workers_{0};
   bool stop_ = false;
 
-  // The current job, published by generation_.
+  // The current job. A worker claims chunk c of job g by a compare-and-swap of
+  // claim_ from (g << 32 | c) to (g << 32 | c + 1), so a worker that wakes after its
+  // job ended finds another generation there and touches nothing; the caller waits
+  // for every chunk to be done, never for every worker to show up (a descheduled
+  // worker on a busy machine would stall it).
+  std::atomic<uint64_t> claim_{0};
+  std::atomic<int64_t> chunks_done_{0};
   ChunkFn fn_ = nullptr;
   void* ctx_ = nullptr;
-  int64_t end_ = 0, grain_ = 1;
-  std::atomic<int64_t> next_{0};
+  int64_t begin_ = 0, end_ = 0, grain_ = 1;
+  std::atomic<int64_t> chunks_{0};  // read before a claim, so possibly while the next job is set up
   std::atomic<bool> failed_{false};
   std::exception_ptr error_;
   std::mutex error_mutex_;
