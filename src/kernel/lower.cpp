@@ -444,7 +444,7 @@ void print(std::ostringstream& os, const std::vector<Stmt>& stmts, int indent) {
       case StmtKind::Bound: os << " v" << s.args[0] << " in [0, " << s.index.to_string() << ") else error " << s.constant; break;
       case StmtKind::Reduce: os << " " << op_name(s.op) << " r" << s.loop << " < " << s.index.to_string() << " of v" << s.args[0]; break;
       default:
-        os << " " << op_name(s.op);
+        if (s.kind == StmtKind::Alu) os << " " << op_name(s.op);
         for (int a : s.args) os << " v" << a;
     }
     if (s.guard != Expression(1) && s.kind != StmtKind::Cast) os << " if " << s.guard.to_string();

@@ -65,6 +65,12 @@ TEST(KernelFused, ReductionsWithProducersAndConsumers) {
     batch.add("softmax with inf and NaN", Region{cx}, kSeqDims);
   }
   {
+    Graph cx;  // the region's Output reads a padded, flipped view
+    auto x = cx.tensor({kSeq, 4});
+    ((x * -0.5).exp2().pad(0, 1, 2) * 3.0).flip({0, 1}).output();
+    batch.add("padded and flipped result", Region{cx}, kSeqDims);
+  }
+  {
     Graph cx;
     auto x = cx.tensor({kSeq});
     (x / x.sum_all()).output();  // a full reduction, computed once (rows = 1)
