@@ -236,12 +236,16 @@ class Lowerer {
           int64_t pick[] = {0, 1, n - 1, static_cast<int64_t>(b * 7 + 3)};
           d[blocks_[b].var] = pick[pattern] % n;
         }
-        // The first 16 values and the last ones (where a boundary would show).
+        // The first 16 values, points spread over the range and the last ones.
         const int64_t n = ext[target];
         d[blocks_[target].var] = 0;
         int64_t first = e.eval(d);
-        for (int64_t t : {int64_t{1}, int64_t{2}, int64_t{3}, int64_t{4}, int64_t{5}, int64_t{6}, int64_t{7}, int64_t{8},
-                          int64_t{9}, int64_t{10}, int64_t{11}, int64_t{12}, int64_t{13}, int64_t{14}, int64_t{15}, n / 2, n - 2, n - 1}) {
+        std::vector<int64_t> points;
+        for (int64_t t = 1; t < 16; ++t) points.push_back(t);
+        for (int64_t j = 1; j < 8; ++j) points.push_back(n * j / 8 + j);
+        points.push_back(n - 2);
+        points.push_back(n - 1);
+        for (int64_t t : points) {
           if (t <= 0 || t >= n) continue;
           d[blocks_[target].var] = t;
           if (e.eval(d) != first) return false;
