@@ -11,6 +11,8 @@
 #include <cstdlib>
 #include <exception>
 #include <fstream>
+#include <map>
+#include <mutex>
 #include <sstream>
 #include <thread>
 
@@ -59,6 +61,31 @@ std::string unique_suffix() {
   return os.str();
 }
 
+// What else decides the binary: the compiler's version line and, for -march=native, the
+// CPU's feature flags (a cache directory shared by two machines must not mix them).
+std::string toolchain_identity(const std::string& compiler, bool native) {
+  static std::mutex mutex;
+  static std::map<std::string, std::string> known;
+  std::lock_guard lock(mutex);
+  std::string& id = known[compiler + (native ? "+native" : "")];
+  if (!id.empty()) return id;
+  if (FILE* p = popen(("'" + compiler + "' --version 2>/dev/null").c_str(), "r")) {
+    char line[512] = {0};
+    if (std::fgets(line, sizeof line, p)) id = line;
+    pclose(p);
+  }
+  if (native) {
+    std::ifstream cpu("/proc/cpuinfo");
+    for (std::string line; std::getline(cpu, line);)
+      if (line.rfind("flags", 0) == 0) {
+        id += line;
+        break;
+      }
+  }
+  if (id.empty()) id = "unknown";
+  return id;
+}
+
 }  // namespace
 
 SharedLibrary::~SharedLibrary() {
@@ -80,13 +107,15 @@ std::filesystem::path HostCompiler::default_cache_dir() {
 
 HostCompiler::HostCompiler(HostCompilerOptions options) : options_(std::move(options)) {
   cache_dir_ = options_.cache_dir.empty() ? default_cache_dir() : options_.cache_dir;
+  bool native = std::find(options_.flags.begin(), options_.flags.end(), "-march=native") != options_.flags.end();
+  identity_ = toolchain_identity(options_.compiler, native);
   std::error_code ec;
   std::filesystem::create_directories(cache_dir_, ec);
   LUMINAL_CHECK(!ec, "kernel cache directory ", cache_dir_.string(), " cannot be created: ", ec.message());
 }
 
 std::string HostCompiler::key(const std::string& source) const {
-  std::string all = options_.compiler;
+  std::string all = options_.compiler + '\x1f' + identity_;
   for (const auto& f : options_.flags) all += '\x1f' + f;
   all += '\x1e';
   all += source;

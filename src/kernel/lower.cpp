@@ -236,9 +236,17 @@ class Lowerer {
           int64_t pick[] = {0, 1, n - 1, static_cast<int64_t>(b * 7 + 3)};
           d[blocks_[b].var] = pick[pattern] % n;
         }
+        // The first 16 values, points spread over the range and the last ones.
+        const int64_t n = ext[target];
         d[blocks_[target].var] = 0;
         int64_t first = e.eval(d);
-        for (int64_t t = 1; t < std::min<int64_t>(ext[target], 64); ++t) {
+        std::vector<int64_t> points;
+        for (int64_t t = 1; t < 16; ++t) points.push_back(t);
+        for (int64_t j = 1; j < 8; ++j) points.push_back(n * j / 8 + j);
+        points.push_back(n - 2);
+        points.push_back(n - 1);
+        for (int64_t t : points) {
+          if (t <= 0 || t >= n) continue;
           d[blocks_[target].var] = t;
           if (e.eval(d) != first) return false;
         }
@@ -444,7 +452,7 @@ void print(std::ostringstream& os, const std::vector<Stmt>& stmts, int indent) {
       case StmtKind::Bound: os << " v" << s.args[0] << " in [0, " << s.index.to_string() << ") else error " << s.constant; break;
       case StmtKind::Reduce: os << " " << op_name(s.op) << " r" << s.loop << " < " << s.index.to_string() << " of v" << s.args[0]; break;
       default:
-        os << " " << op_name(s.op);
+        if (s.kind == StmtKind::Alu) os << " " << op_name(s.op);
         for (int a : s.args) os << " v" << a;
     }
     if (s.guard != Expression(1) && s.kind != StmtKind::Cast) os << " if " << s.guard.to_string();

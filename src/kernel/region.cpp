@@ -18,10 +18,10 @@ NodeId output_node(const Graph& g) {
   return outs[0];
 }
 
-// Append `src`'s nodes except its Output to `dst`; returns the node and view that
-// produce src's result (the Output's input), materialised by an identity Cast when
-// the Output reads a non-contiguous view (a view of a view is not one view).
-std::pair<NodeId, ShapeTracker> append_region(Graph& dst, const Graph& src) {
+// Append `src`'s nodes except its Output to `dst`; returns the node whose contiguous
+// buffer is src's result: the Output's input, or an identity Cast of it when the
+// Output reads a non-contiguous view (a view of a view is not one view).
+NodeId append_region(Graph& dst, const Graph& src) {
   NodeId out = output_node(src);
   std::vector<NodeId> map(src.size(), kNoNode);
   for (NodeId i = 0; i < src.size(); ++i) {
@@ -33,17 +33,18 @@ std::pair<NodeId, ShapeTracker> append_region(Graph& dst, const Graph& src) {
   const Node& o = src.node(out);
   NodeId result = map[o.inputs[0].node];
   const ShapeTracker& view = o.inputs[0].view;
-  if (view.is_contiguous() && view.shape() == dst.node(result).shape) return {result, ShapeTracker::contiguous(o.shape)};
+  if (view.is_contiguous() && view.shape() == dst.node(result).shape) return result;
   Node copy;
   copy.op = OpKind::Cast;
   copy.dtype = o.dtype;
   copy.shape = o.shape;
   copy.inputs = {{result, view}};
-  return {dst.add_node(std::move(copy)), ShapeTracker::contiguous(o.shape)};
+  return dst.add_node(std::move(copy));
 }
 
 std::optional<Region> build(const Node& op, std::span<const FuseOperand> operands, bool fresh_only) {
   LUMINAL_CHECK(op.op != OpKind::Input && op.op != OpKind::Output, "fuse: ", op_name(op.op), " is not a region op");
+  if (op.op == OpKind::CustomOp) return std::nullopt;
   Region r;
   Node n;
   n.op = op.op;
@@ -52,13 +53,9 @@ std::optional<Region> build(const Node& op, std::span<const FuseOperand> operand
   n.axis = op.axis;
   n.constant = op.constant;
   n.iota_expr = op.iota_expr;
-  n.custom = op.custom;
-  if (op.op == OpKind::CustomOp) return std::nullopt;
   for (const auto& operand : operands) {
     if (operand.region && !fresh_only) {
-      auto [node, view] = append_region(r.graph, operand.region->graph);
-      (void)view;
-      n.inputs.push_back({node, operand.view});
+      n.inputs.push_back({append_region(r.graph, operand.region->graph), operand.view});
     } else {
       Node in;
       in.op = OpKind::Input;

@@ -65,6 +65,12 @@ TEST(KernelFused, ReductionsWithProducersAndConsumers) {
     batch.add("softmax with inf and NaN", Region{cx}, kSeqDims);
   }
   {
+    Graph cx;  // the region's Output reads a padded, flipped view
+    auto x = cx.tensor({kSeq, 4});
+    ((x * -0.5).exp2().pad(0, 1, 2) * 3.0).flip({0, 1}).output();
+    batch.add("padded and flipped result", Region{cx}, kSeqDims);
+  }
+  {
     Graph cx;
     auto x = cx.tensor({kSeq});
     (x / x.sum_all()).output();  // a full reduction, computed once (rows = 1)
@@ -119,6 +125,16 @@ TEST(KernelFused, RefusesReductionsThatWouldBeRecomputed) {
     auto x = cx.tensor({5, 6});
     (x - x.mean({0}).expand({5, 6})).output();
     EXPECT_FALSE(lower(Region{cx}));
+  }
+  {
+    // A Scatter inside a region (not its result) is not one kernel.
+    Graph g;
+    NodeInput dest{add_input(g, DType::F32, {6}), ShapeTracker::contiguous({6})};
+    NodeInput idx{add_input(g, DType::I32, {2}), ShapeTracker::contiguous({2})};
+    NodeInput src{add_input(g, DType::F32, {2}), ShapeTracker::contiguous({2})};
+    NodeId s = add_op(g, OpKind::Scatter, DType::F32, {6}, {dest, idx, src});
+    add_output(g, add_op(g, OpKind::Sin, DType::F32, {6}, {{s, ShapeTracker::contiguous({6})}}));
+    EXPECT_FALSE(lower(Region{g}));
   }
   {
     Graph cx;  // an elementwise region always lowers, one thread per element
@@ -179,7 +195,24 @@ TEST(KernelFused, FuseBuildsRegionsStepByStep) {
   ASSERT_TRUE(colsum);
   EXPECT_FALSE(fuse(node(OpKind::Add, s), std::vector{FuseOperand{&*mul, DType::F32, s, ShapeTracker::contiguous(s)},
                                                       FuseOperand{&*colsum, DType::F32, {kSeq}, ShapeTracker::contiguous({kSeq}).insert_broadcast(0, 4)}}));
+  // Leaves: a Constant and an Iota take no operands.
+  Node c = node(OpKind::Constant, {});
+  c.constant = 0.75;
+  auto constant = singleton(c, {});
+  ASSERT_TRUE(constant);
+  Node iota = node(OpKind::Iota, s);
+  iota.dtype = DType::I32;
+  iota.iota_expr = Expression::index() % 3;
+  auto iota_region = singleton(iota, {});
+  ASSERT_TRUE(iota_region);
+  auto cast = fuse(node(OpKind::Cast, s), std::vector{FuseOperand{&*iota_region, DType::I32, s, ShapeTracker::contiguous(s)}});
+  ASSERT_TRUE(cast);
+  auto scaled = fuse(node(OpKind::Mul, s), std::vector{FuseOperand{&*cast, DType::F32, s, ShapeTracker::contiguous(s)},
+                                                       FuseOperand{&*constant, DType::F32, {}, ShapeTracker::contiguous({}).insert_broadcast(0, 4).insert_broadcast(1, kSeq)}});
+  ASSERT_TRUE(scaled);
+  EXPECT_EQ(scaled->graph.inputs().size(), 0u);
   Batch batch;
+  batch.add("iota * constant", *scaled, kSeqDims);
   batch.add("fused softmax-like", *out, kSeqDims, plain_data);
   batch.add("fused through a permuted region", *sin, kSeqDims, plain_data);
   batch.add("singleton", *single, kSeqDims);

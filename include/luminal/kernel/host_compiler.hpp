@@ -1,7 +1,7 @@
 // Compiles C++ source to a shared object with the system compiler and loads it.
 //
 // Cached in memory and on disk ($LUMINAL_CACHE_DIR, default ~/.cache/luminal/kernels),
-// keyed by a hash of source + compiler + flags. Files are written under a temporary
+// keyed by a hash of source + compiler (path and version) + flags. Files are written under a temporary
 // name and renamed, so concurrent processes sharing the directory are safe.
 #pragma once
 
@@ -54,7 +54,8 @@ class HostCompiler {
   // The same for many sources, compiled in parallel by a few threads.
   std::vector<std::shared_ptr<const SharedLibrary>> compile_batch(const std::vector<std::string>& sources);
 
-  // The cache key: a hex hash of source + compiler + flags.
+  // The cache key: a hex hash of source + compiler (path and version) + flags (+ the CPU's
+  // feature flags under -march=native).
   std::string key(const std::string& source) const;
   const std::filesystem::path& cache_dir() const { return cache_dir_; }
   // How many times this object ran the compiler (cache misses).
@@ -64,6 +65,7 @@ class HostCompiler {
  private:
   std::filesystem::path build(const std::string& source, const std::string& key);
   HostCompilerOptions options_;
+  std::string identity_;  // compiler version (and CPU flags under -march=native)
   std::filesystem::path cache_dir_;
   std::mutex mutex_;
   std::map<std::string, std::shared_ptr<const SharedLibrary>> loaded_;

@@ -1,0 +1,136 @@
+// Regions whose CUDA kernels are run (on a GPU, or under the CPU emulation of the CUDA
+// execution model) and compared with the reference: warp-per-row reductions with rows
+// longer than a warp, lane-strided columns, elementwise kernels, the single-block Scatter.
+#pragma once
+
+#include "harness.hpp"
+
+namespace luminal::kernel::testing {
+
+struct CudaCase {
+  std::string name;
+  Region region;
+  std::vector<DimMap> dims;
+  std::function<HostTensor(size_t, DType, size_t, std::mt19937&)> data;
+};
+
+// Launch `kernel` with `buffers` (inputs, output, int32 error flag; host memory, filled in
+// place) and `dims`.
+using CudaLauncher = std::function<void(const Kernel& kernel, const std::string& source,
+                                        std::vector<std::pair<void*, size_t>>& buffers, std::vector<long long>& dims)>;
+
+inline HostTensor plain_values(size_t, DType dt, size_t n, std::mt19937& rng) { return random_tensor(dt, n, rng, false, false); }
+
+inline std::vector<CudaCase> cuda_cases() {
+  const Expression seq = Expression::var("seq");
+  const std::vector<DimMap> dims = {{{"seq", 5}}, {{"seq", 37}}};
+  std::vector<CudaCase> cases;
+  auto add = [&](std::string name, Graph g, std::function<HostTensor(size_t, DType, size_t, std::mt19937&)> data = {}) {
+    cases.push_back({std::move(name), Region{std::move(g)}, dims, std::move(data)});
+  };
+  for (DType dt : {DType::F32, DType::F16, DType::BF16, DType::F64}) {
+    std::string d(dtype_name(dt));
+    {
+      Graph cx;
+      cx.tensor({seq, 100}, dt).softmax(1).output();
+      add("softmax " + d, cx, plain_values);
+    }
+    {
+      Graph cx;
+      auto x = cx.tensor({seq, 70}, dt);
+      x.layer_norm(1, cx.tensor({70}, dt), cx.tensor({70}, dt)).output();
+      add("layer norm " + d, cx, plain_values);
+    }
+    {
+      Graph cx;
+      auto x = cx.tensor({seq, 33}, dt);
+      auto xt = cx.tensor({33, seq}, dt).permute({1, 0});
+      ((x * 1.5).exp2() + xt.sin() - x.sqrt()).pad(1, 2, 1).output();
+      add("elementwise " + d, cx);
+    }
+  }
+  for (DType dt : kAllDTypes)
+    for (OpKind op : {OpKind::SumReduce, OpKind::MaxReduce}) {
+      Graph cx;
+      NodeInput x = viewed_input(cx, dt, ViewKind::Permute, seq, 45);
+      add_output(cx, add_op(cx, op, dt, {seq}, {x}, 1));
+      add(std::string(op_name(op)) + " " + std::string(dtype_name(dt)), cx);
+    }
+  {
+    Graph cx;
+    cx.tensor({4, seq, 9}).mean({1, 2}).output();
+    add("mean over two axes", cx, plain_values);
+  }
+  {
+    Graph cx;
+    auto x = cx.tensor({seq, 40});
+    (x / x.sum_all()).output();
+    add("x / sum(x)", cx, plain_values);
+  }
+  {
+    Graph cx;
+    auto table = cx.tensor({9, 40});
+    auto ids = cx.tensor({seq, 40}, DType::I64);
+    ((table.gather(0, ids) * 3.0) + 1.0).output();
+    add("gather", cx, [](size_t input, DType t, size_t n, std::mt19937& rng) {
+      if (input == 0) return random_tensor(t, n, rng);
+      HostTensor h = HostTensor::zeros(t, n);
+      for (size_t i = 0; i < n; ++i) h.set_i64(i, static_cast<int64_t>(rng() % 9));
+      return h;
+    });
+  }
+  {
+    Graph g;
+    NodeInput dest{add_input(g, DType::F32, {seq, 4}), ShapeTracker::contiguous({seq, 4})};
+    NodeInput idx{add_input(g, DType::I32, {5}), ShapeTracker::contiguous({5})};
+    NodeInput src{add_input(g, DType::F32, {5}), ShapeTracker::contiguous({5})};
+    add_output(g, add_op(g, OpKind::Scatter, DType::F32, {seq, 4}, {dest, idx, src}));
+    add("scatter", g, [](size_t input, DType t, size_t n, std::mt19937& rng) {
+      if (input != 1) return random_tensor(t, n, rng);
+      HostTensor h = HostTensor::zeros(t, n);
+      for (size_t i = 0; i < n; ++i) h.set_i64(i, static_cast<int64_t>(i * 3 + 2));
+      return h;
+    });
+  }
+  return cases;
+}
+
+inline void run_cuda_cases(const CudaLauncher& launch) {
+  for (const auto& c : cuda_cases()) {
+    SCOPED_TRACE(c.name);
+    auto k = lower(c.region);
+    ASSERT_TRUE(k);
+    std::string source = emit_cuda(*k, "lm_kernel");
+    const Graph& g = c.region.graph;
+    std::mt19937 rng(7);
+    for (const DimMap& dims : c.dims) {
+      std::vector<HostTensor> data;
+      for (NodeId in : g.inputs()) {
+        const Node& n = g.node(in);
+        auto numel = static_cast<size_t>(product(n.shape).eval(dims));
+        data.push_back(c.data ? c.data(data.size(), n.dtype, numel, rng) : random_tensor(n.dtype, numel, rng));
+      }
+      ReferenceRuntime ref;
+      std::vector<NodeId> ids(g.size());
+      for (NodeId i = 0; i < g.size(); ++i) ids[i] = i;
+      ref.load_plans({Runtime::Plan{{}, g, ids}});
+      for (size_t i = 0; i < data.size(); ++i) ref.set_tensor(g.inputs()[i], data[i]);
+      ref.execute(dims);
+      HostTensor want = ref.get_tensor(g.outputs()[0]);
+
+      HostTensor got = HostTensor::zeros(k->output, static_cast<size_t>(k->output_numel.eval(dims)));
+      int32_t error = 0;
+      std::vector<std::pair<void*, size_t>> buffers;
+      for (auto& t : data) buffers.emplace_back(t.bytes.data(), t.bytes.size());
+      buffers.emplace_back(got.bytes.data(), got.bytes.size());
+      buffers.emplace_back(&error, sizeof error);
+      std::vector<long long> dim_values;
+      for (const auto& d : k->dim_names) dim_values.push_back(dims.at(d));
+      launch(*k, source, buffers, dim_values);
+      EXPECT_EQ(error, 0);
+      EXPECT_EQ(compare(got, want), "") << "seq=" << dims.at("seq") << "\n" << to_string(*k);
+    }
+  }
+}
+
+}  // namespace luminal::kernel::testing
