@@ -136,7 +136,7 @@ float Event::elapsed_ms(const Event& start, const Event& end) {
 }
 
 Graph::Graph(StreamHandle stream, const std::function<void()>& enqueue) {
-  LUMINAL_CU(cuStreamBeginCapture, stream, api::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL);
+  LUMINAL_CU(cuStreamBeginCapture, stream, api::CU_STREAM_CAPTURE_MODE_RELAXED);
   try {
     enqueue();
   } catch (...) {

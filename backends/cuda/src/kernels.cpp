@@ -104,6 +104,23 @@ void launch_gemv(ModuleCache& cache, const GemvArgs& a, StreamHandle stream, int
   launch(fn, blocks, 1, 256, 0, stream, params);
 }
 
+// ---- fill ----
+
+KernelSource fill_source(DType dtype) {
+  return assemble(detail::concat("fill_", lower(dtype_name(dtype))), embedded::kFillCu,
+                  detail::concat("LUMINAL_FILL_ENTRY(", kFillKernelName, ", ", kernel_type_name(dtype), ")"));
+}
+
+void fill_uniform(ModuleCache& cache, DType dtype, DevicePtr out, int64_t count, uint32_t seed, float scale,
+                  StreamHandle stream) {
+  if (count <= 0) return;
+  api::CUfunction fn = cache.function(fill_source(dtype), kFillKernelName);
+  const unsigned blocks = static_cast<unsigned>(std::min<int64_t>((count + 255) / 256, 65535));
+  long long n = count;
+  void* params[] = {&out, &n, &seed, &scale};
+  launch(fn, blocks, 1, 256, 0, stream, params);
+}
+
 // ---- every variant ----
 
 std::vector<KernelSource> all_kernel_sources() {
@@ -123,6 +140,7 @@ std::vector<KernelSource> all_kernel_sources() {
       for (int m_max : {1, 2, 8, 16})
         for (int rpw : {1, 2}) add_gemv(m_max, rpw, Activation::None);
     sources.push_back(assemble("kernels_" + lower(dtype_name(dt)), embedded::kGemvCu, entries));
+    sources.push_back(fill_source(dt));
   }
   return sources;
 }

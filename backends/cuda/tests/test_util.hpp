@@ -12,9 +12,10 @@
 #include <vector>
 
 #include "luminal/dtype.hpp"
+#include "luminal/error.hpp"
 #include "luminal_cuda/device.hpp"
 
-namespace luminal::cuda::testing {
+namespace luminal::cuda::test_util {
 
 // GPU tests skip only when the machine has no usable GPU, and say why.
 #define LUMINAL_REQUIRE_GPU()                                                                  \
@@ -114,4 +115,4 @@ inline double tolerance(DType dtype) {
   }
 }
 
-}  // namespace luminal::cuda::testing
+}  // namespace luminal::cuda::test_util

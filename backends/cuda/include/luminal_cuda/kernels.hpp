@@ -41,6 +41,12 @@ struct GemvArgs {
 };
 void launch_gemv(ModuleCache& cache, const GemvArgs& args, StreamHandle stream, int sm_count, GemvConfig config = {});
 
+// ---- uniform random fill in [-scale, scale), deterministic in (seed, index) ----
+KernelSource fill_source(DType dtype);
+inline constexpr const char* kFillKernelName = "luminal_fill";
+void fill_uniform(ModuleCache& cache, DType dtype, DevicePtr out, int64_t count, uint32_t seed, float scale,
+                  StreamHandle stream);
+
 // Every variant a build can launch, for ahead-of-time compilation and the NVRTC tests.
 std::vector<KernelSource> all_kernel_sources();
 
