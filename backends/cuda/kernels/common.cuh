@@ -3,6 +3,9 @@
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
 
+// NVRTC has no <cmath>: minus infinity spelled by its bits.
+#define LK_NEG_INF __int_as_float(0xff800000)
+
 namespace lk {
 
 // A 16-byte vector of T, and its conversion to float lanes.
@@ -60,6 +63,50 @@ __device__ __forceinline__ float activate(float v) {
   if (ACT == ACT_SILU) return v / (1.0f + expf(-v));
   if (ACT == ACT_GELU_TANH) return 0.5f * v * (1.0f + tanhf(0.7978845608028654f * (v + 0.044715f * v * v * v)));
   return v;
+}
+
+}  // namespace lk
+
+namespace lk {
+
+// Block-wide sum; every thread gets the result. `scratch` holds 32 floats.
+__device__ __forceinline__ float block_sum(float v, float* scratch) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = (blockDim.x + 31) >> 5;
+  v = warp_sum(v);
+  __syncthreads();  // scratch may still be read by a previous reduction
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  v = lane < warps ? scratch[lane] : 0.0f;
+  return warp_sum(v);
+}
+
+// Online-softmax statistics: running max and the sum of exp(x - max), merged pairwise
+// (Milakov and Gimelshein), so one pass over the data yields both.
+struct MaxSum {
+  float max, sum;
+};
+__device__ __forceinline__ MaxSum merge(MaxSum a, MaxSum b) {
+  const float m = fmaxf(a.max, b.max);
+  if (m == LK_NEG_INF) return {m, 0.0f};
+  return {m, a.sum * expf(a.max - m) + b.sum * expf(b.max - m)};
+}
+__device__ __forceinline__ MaxSum warp_merge(MaxSum v) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) {
+    MaxSum other{__shfl_xor_sync(0xffffffffu, v.max, offset), __shfl_xor_sync(0xffffffffu, v.sum, offset)};
+    v = merge(v, other);
+  }
+  return v;
+}
+// Block-wide merge; `scratch` holds 32 MaxSums.
+__device__ __forceinline__ MaxSum block_merge(MaxSum v, MaxSum* scratch) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = (blockDim.x + 31) >> 5;
+  v = warp_merge(v);
+  __syncthreads();
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  v = lane < warps ? scratch[lane] : MaxSum{LK_NEG_INF, 0.0f};
+  return warp_merge(v);
 }
 
 }  // namespace lk

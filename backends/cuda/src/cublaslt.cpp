@@ -49,7 +49,7 @@ void check_layout(const char* name, const MatrixLayout& l, int64_t rows, int64_t
   LUMINAL_CHECK(l.ld == 0 || l.ld >= minimum_ld, "matmul ", name, ": leading dimension ", l.ld, " is below ",
                 minimum_ld, " for a ", l.order == Order::RowMajor ? "row" : "column", "-major ", rows, "x", cols,
                 " matrix");
-  LUMINAL_CHECK(batch == 1 || l.batch_stride == 0 || l.batch_stride >= 0, "matmul ", name, ": negative batch stride");
+  LUMINAL_CHECK(batch == 1 || l.batch_stride >= 0, "matmul ", name, ": negative batch stride");
 }
 
 uint32_t epilogue(const MatmulSpec& s) {

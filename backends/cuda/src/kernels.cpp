@@ -1,6 +1,8 @@
 #include "luminal_cuda/kernels.hpp"
 
 #include <algorithm>
+#include <cmath>
+#include <initializer_list>
 
 #include "embedded_kernels.hpp"
 #include "luminal/error.hpp"
@@ -104,6 +106,155 @@ void launch_gemv(ModuleCache& cache, const GemvArgs& a, StreamHandle stream, int
   launch(fn, blocks, 1, 256, 0, stream, params);
 }
 
+// ---- rows ----
+
+KernelSource rows_source(DType dtype) {
+  const char* t = kernel_type_name(dtype);
+  return assemble(detail::concat("rows_", lower(dtype_name(dtype))), embedded::kRowsCu,
+                  detail::concat("LUMINAL_RMSNORM_ENTRY(", kRmsNormKernelName, ", ", t, ")\n",
+                                 "LUMINAL_SOFTMAX_ENTRY(", kSoftmaxKernelName, ", ", t, ")"));
+}
+
+namespace {
+// Threads per row: enough for one 16-byte vector each up to 256 (a row is a few KB).
+unsigned row_threads(int cols, int per_vector) {
+  const int vectors = (cols + per_vector - 1) / per_vector;
+  return static_cast<unsigned>(std::clamp((vectors + 31) / 32 * 32, 32, 256));
+}
+int row_vectorized(DType dtype, int cols, std::initializer_list<DevicePtr> ptrs) {
+  const int per_vector = 16 / static_cast<int>(dtype_bytes(dtype));
+  if (cols % per_vector) return 0;
+  for (DevicePtr p : ptrs)
+    if (p % 16) return 0;
+  return 1;
+}
+}  // namespace
+
+void launch_rmsnorm(ModuleCache& cache, DType dtype, DevicePtr x, DevicePtr weight, DevicePtr y, int rows, int cols,
+                    float eps, StreamHandle stream) {
+  LUMINAL_CHECK(rows >= 0 && cols > 0, "RMSNorm needs positive cols, got rows=", rows, " cols=", cols);
+  if (rows == 0) return;
+  api::CUfunction fn = cache.function(rows_source(dtype), kRmsNormKernelName);
+  int vectorized = row_vectorized(dtype, cols, {x, y, weight});
+  void* params[] = {&x, &weight, &y, &cols, &eps, &vectorized};
+  launch(fn, static_cast<unsigned>(rows), 1, row_threads(cols, 16 / static_cast<int>(dtype_bytes(dtype))), 0, stream,
+         params);
+}
+
+void launch_softmax(ModuleCache& cache, DType dtype, DevicePtr x, DevicePtr y, int rows, int cols, StreamHandle stream) {
+  LUMINAL_CHECK(rows >= 0 && cols > 0, "softmax needs positive cols, got rows=", rows, " cols=", cols);
+  if (rows == 0) return;
+  api::CUfunction fn = cache.function(rows_source(dtype), kSoftmaxKernelName);
+  int vectorized = row_vectorized(dtype, cols, {x, y});
+  void* params[] = {&x, &y, &cols, &vectorized};
+  launch(fn, static_cast<unsigned>(rows), 1, row_threads(cols, 16 / static_cast<int>(dtype_bytes(dtype))), 0, stream,
+         params);
+}
+
+// ---- KV cache ----
+
+KvCacheLayout KvCacheLayout::packed() const {
+  KvCacheLayout l = *this;
+  if (!l.stride_p) l.stride_p = l.head_dim;
+  if (!l.stride_h) l.stride_h = int64_t(l.capacity) * l.stride_p;
+  if (!l.stride_b) l.stride_b = int64_t(l.kv_heads) * l.stride_h;
+  return l;
+}
+
+namespace {
+void check_cache(const KvCacheLayout& l) {
+  LUMINAL_CHECK(l.batch > 0 && l.kv_heads > 0 && l.capacity > 0 && l.head_dim > 0, "KV cache needs positive sizes, got batch=",
+                l.batch, " kv_heads=", l.kv_heads, " capacity=", l.capacity, " head_dim=", l.head_dim);
+}
+constexpr int kAttentionWarps = 4;
+}  // namespace
+
+KernelSource attention_source(DType dtype, int head_dim, int group) {
+  LUMINAL_CHECK(head_dim == 64 || head_dim == 128 || head_dim == 256, "decode attention takes head_dim 64, 128 or 256, got ",
+                head_dim);
+  LUMINAL_CHECK(group == 1 || group == 2 || group == 4 || group == 8,
+                "decode attention takes 1, 2, 4 or 8 query heads per kv head, got ", group);
+  return assemble(detail::concat("attention_", lower(dtype_name(dtype)), "_d", head_dim, "_g", group),
+                  embedded::kAttentionCu,
+                  detail::concat("LUMINAL_ATTENTION_ENTRY(", kAttentionPartialKernelName, ", ",
+                                 kAttentionCombineKernelName, ", ", kernel_type_name(dtype), ", ", head_dim, ", ", group,
+                                 ")"));
+}
+
+size_t decode_attention_workspace_bytes(const DecodeAttentionArgs& a, int splits) {
+  return size_t(a.cache.batch) * a.q_heads * splits * (a.cache.head_dim + 2) * sizeof(float);
+}
+
+int choose_attention_splits(const DecodeAttentionArgs& a, int sm_count) {
+  // About two blocks per SM, but at least 32 positions per chunk (one per warp-step).
+  const int blocks = std::max(1, a.cache.batch * a.cache.kv_heads);
+  const int wanted = std::max(1, (2 * std::max(1, sm_count) + blocks - 1) / blocks);
+  const int most = std::max(1, (std::max(1, a.seq_len) + 31) / 32);
+  return std::min(wanted, most);
+}
+
+void launch_decode_attention(ModuleCache& cache, const DecodeAttentionArgs& a, DevicePtr workspace,
+                             size_t workspace_bytes, int splits, StreamHandle stream) {
+  check_cache(a.cache);
+  const KvCacheLayout l = a.cache.packed();
+  LUMINAL_CHECK(a.q_heads > 0 && a.q_heads % l.kv_heads == 0, "decode attention: ", a.q_heads,
+                " query heads are not a multiple of ", l.kv_heads, " kv heads");
+  LUMINAL_CHECK(a.seq_len >= 0 && a.seq_len <= l.capacity, "decode attention: length ", a.seq_len,
+                " outside the cache capacity ", l.capacity);
+  LUMINAL_CHECK(splits >= 1, "decode attention needs at least one split");
+  LUMINAL_CHECK(workspace_bytes >= decode_attention_workspace_bytes(a, splits), "decode attention workspace of ",
+                workspace_bytes, " bytes is below the ", decode_attention_workspace_bytes(a, splits), " needed");
+  LUMINAL_CHECK(a.q && a.k && a.v && a.out && workspace, "decode attention needs q, k, v, out and workspace pointers");
+  const int group = a.q_heads / l.kv_heads;
+  const KernelSource source = attention_source(a.dtype, l.head_dim, group);
+  api::CUfunction partial = cache.function(source, kAttentionPartialKernelName);
+  api::CUfunction combine = cache.function(source, kAttentionCombineKernelName);
+  DevicePtr q = a.q, k = a.k, v = a.v, out = a.out, seq_ptr = a.seq_len_ptr;
+  DevicePtr partial_o = workspace;
+  DevicePtr partial_stats = workspace + size_t(l.batch) * a.q_heads * splits * l.head_dim * sizeof(float);
+  int kv_heads = l.kv_heads, seq_len = a.seq_len, q_heads = a.q_heads, n_splits = splits;
+  // Chunks cover the bound (seq_len) so a device-side length up to it is fully served.
+  int chunk = (std::max(1, a.seq_len) + splits - 1) / splits;
+  long long sb = l.stride_b, sh = l.stride_h, sp = l.stride_p;
+  float scale = a.scale != 0 ? a.scale : 1.0f / std::sqrt(static_cast<float>(l.head_dim));
+  void* partial_params[] = {&q, &k, &v, &partial_o, &partial_stats, &kv_heads, &seq_len, &seq_ptr, &chunk, &sb, &sh, &sp,
+                            &scale};
+  LUMINAL_CU(cuLaunchKernel, partial, static_cast<unsigned>(l.kv_heads), static_cast<unsigned>(splits),
+             static_cast<unsigned>(l.batch), static_cast<unsigned>(kAttentionWarps * 32), 1u, 1u, 0u, stream,
+             partial_params, nullptr);
+  void* combine_params[] = {&partial_o, &partial_stats, &out, &q_heads, &n_splits};
+  LUMINAL_CU(cuLaunchKernel, combine, static_cast<unsigned>(a.q_heads), static_cast<unsigned>(l.batch), 1u,
+             static_cast<unsigned>(l.head_dim), 1u, 1u, 0u, stream, combine_params, nullptr);
+}
+
+KernelSource kv_scatter_source(DType dtype) {
+  return assemble(detail::concat("kv_scatter_", lower(dtype_name(dtype))), embedded::kKvScatterCu,
+                  detail::concat("LUMINAL_KV_SCATTER_ENTRY(", kKvScatterKernelName, ", ", kernel_type_name(dtype), ")"));
+}
+
+void launch_kv_scatter(ModuleCache& cache, DType dtype, const KvCacheLayout& layout, DevicePtr k_new, DevicePtr v_new,
+                       int new_len, DevicePtr k_cache, DevicePtr v_cache, int start, DevicePtr start_ptr,
+                       StreamHandle stream) {
+  check_cache(layout);
+  LUMINAL_CHECK(new_len >= 0, "KV scatter: negative row count ", new_len);
+  if (new_len == 0) return;
+  LUMINAL_CHECK(k_new && v_new && k_cache && v_cache, "KV scatter needs source and cache pointers");
+  const KvCacheLayout l = layout.packed();
+  api::CUfunction fn = cache.function(kv_scatter_source(dtype), kKvScatterKernelName);
+  const int per_vector = 16 / static_cast<int>(dtype_bytes(dtype));
+  const int64_t elem = static_cast<int64_t>(dtype_bytes(dtype));
+  int vectorized = l.head_dim % per_vector == 0 && k_new % 16 == 0 && v_new % 16 == 0 && k_cache % 16 == 0 &&
+                   v_cache % 16 == 0 && (l.stride_b * elem) % 16 == 0 && (l.stride_h * elem) % 16 == 0 &&
+                   (l.stride_p * elem) % 16 == 0;
+  const int64_t work = int64_t(l.kv_heads) * new_len * (l.head_dim / (vectorized ? per_vector : 1));
+  const unsigned blocks = static_cast<unsigned>(std::clamp<int64_t>((work + 255) / 256, 1, 4096));
+  int kv_heads = l.kv_heads, head_dim = l.head_dim, capacity = l.capacity;
+  long long sb = l.stride_b, sh = l.stride_h, sp = l.stride_p;
+  void* params[] = {&k_new, &v_new, &k_cache, &v_cache, &kv_heads, &new_len, &head_dim, &start, &start_ptr, &capacity,
+                    &sb, &sh, &sp, &vectorized};
+  LUMINAL_CU(cuLaunchKernel, fn, blocks, static_cast<unsigned>(l.batch), 1u, 256u, 1u, 1u, 0u, stream, params, nullptr);
+}
+
 // ---- fill ----
 
 KernelSource fill_source(DType dtype) {
@@ -124,9 +275,10 @@ void fill_uniform(ModuleCache& cache, DType dtype, DevicePtr out, int64_t count,
 // ---- every variant ----
 
 std::vector<KernelSource> all_kernel_sources() {
-  // Every template parameter value at least once (each dtype with each activation, each
-  // row capacity and rows-per-warp in BF16), in one translation unit per dtype so that
-  // NVRTC's fixed cost (parsing the fp16/bf16 headers) is paid once per dtype.
+  // Every template parameter value at least once: each dtype with each activation, and in
+  // BF16 each GEMV row capacity and rows-per-warp and each attention head dim and group.
+  // The GEMV variants share one translation unit per dtype, so that NVRTC's fixed cost
+  // (parsing the fp16/bf16 headers) is paid once for them.
   std::vector<KernelSource> sources;
   for (DType dt : {DType::F32, DType::F16, DType::BF16}) {
     std::string entries;
@@ -141,6 +293,14 @@ std::vector<KernelSource> all_kernel_sources() {
         for (int rpw : {1, 2}) add_gemv(m_max, rpw, Activation::None);
     sources.push_back(assemble("kernels_" + lower(dtype_name(dt)), embedded::kGemvCu, entries));
     sources.push_back(fill_source(dt));
+    sources.push_back(rows_source(dt));
+    sources.push_back(kv_scatter_source(dt));
+    if (dt == DType::BF16) {
+      for (auto [head_dim, group] : {std::pair{64, 1}, {128, 2}, {256, 4}, {128, 8}})
+        sources.push_back(attention_source(dt, head_dim, group));
+    } else {
+      sources.push_back(attention_source(dt, 128, 4));
+    }
   }
   return sources;
 }

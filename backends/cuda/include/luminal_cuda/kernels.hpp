@@ -41,6 +41,54 @@ struct GemvArgs {
 };
 void launch_gemv(ModuleCache& cache, const GemvArgs& args, StreamHandle stream, int sm_count, GemvConfig config = {});
 
+// ---- row-wise RMSNorm and softmax over a contiguous [rows, cols] matrix ----
+//   rmsnorm: y = x * rsqrt(mean(x^2) + eps) * weight   (weight [cols], may be 0)
+//   softmax: y = exp(x - max) / sum(exp(x - max))      (online statistics, one pass)
+KernelSource rows_source(DType dtype);
+inline constexpr const char* kRmsNormKernelName = "luminal_rmsnorm";
+inline constexpr const char* kSoftmaxKernelName = "luminal_softmax";
+void launch_rmsnorm(ModuleCache& cache, DType dtype, DevicePtr x, DevicePtr weight, DevicePtr y, int rows, int cols,
+                    float eps, StreamHandle stream);
+void launch_softmax(ModuleCache& cache, DType dtype, DevicePtr x, DevicePtr y, int rows, int cols, StreamHandle stream);
+
+// ---- KV cache: element (b, h, p, d) at b*stride_b + h*stride_h + p*stride_p + d ----
+struct KvCacheLayout {
+  int batch = 1, kv_heads = 0, capacity = 0, head_dim = 0;
+  int64_t stride_b = 0, stride_h = 0, stride_p = 0;  // 0: packed [batch, kv_heads, capacity, head_dim]
+  KvCacheLayout packed() const;                      // the strides filled in
+};
+
+// Decode attention (flash-decoding, grouped-query): one query token per sequence.
+//   q, out [batch, q_heads, head_dim]; q_heads = kv_heads * group, group in {1, 2, 4, 8},
+//   head_dim in {64, 128, 256}. The length is `seq_len`, or read on the device from
+//   `seq_len_ptr` (an int) when set, with `seq_len` then an upper bound used for the grid.
+KernelSource attention_source(DType dtype, int head_dim, int group);
+inline constexpr const char* kAttentionPartialKernelName = "luminal_attention_partial";
+inline constexpr const char* kAttentionCombineKernelName = "luminal_attention_combine";
+struct DecodeAttentionArgs {
+  DType dtype = DType::BF16;
+  KvCacheLayout cache;
+  int q_heads = 0;
+  int seq_len = 0;
+  DevicePtr seq_len_ptr = 0;
+  DevicePtr q = 0, k = 0, v = 0, out = 0;
+  float scale = 0;  // 0: 1 / sqrt(head_dim)
+};
+// Bytes of fp32 workspace the launcher needs for `splits` chunks.
+size_t decode_attention_workspace_bytes(const DecodeAttentionArgs& args, int splits);
+int choose_attention_splits(const DecodeAttentionArgs& args, int sm_count);
+void launch_decode_attention(ModuleCache& cache, const DecodeAttentionArgs& args, DevicePtr workspace,
+                             size_t workspace_bytes, int splits, StreamHandle stream);
+
+// In-place scatter of new K/V rows ([batch, kv_heads, new_len, head_dim], contiguous) into
+// the caches at positions start.. (from `start_ptr` on the device when set). Positions at
+// or past the capacity are dropped, never written out of bounds.
+KernelSource kv_scatter_source(DType dtype);
+inline constexpr const char* kKvScatterKernelName = "luminal_kv_scatter";
+void launch_kv_scatter(ModuleCache& cache, DType dtype, const KvCacheLayout& layout, DevicePtr k_new, DevicePtr v_new,
+                       int new_len, DevicePtr k_cache, DevicePtr v_cache, int start, DevicePtr start_ptr,
+                       StreamHandle stream);
+
 // ---- uniform random fill in [-scale, scale), deterministic in (seed, index) ----
 KernelSource fill_source(DType dtype);
 inline constexpr const char* kFillKernelName = "luminal_fill";
