@@ -4,6 +4,7 @@
 #include <dlfcn.h>
 
 #include <cstdlib>
+#include <string_view>
 #include <vector>
 
 #include "luminal/error.hpp"
@@ -39,10 +40,17 @@ void* open_library(const char* soname, std::string& error) {
   return nullptr;
 }
 
+// `symbols` lists alternatives separated by '|', newest first ("cuX_v2|cuX").
 template <class Fn>
-void load_symbol(void* handle, const char* symbol, Fn*& slot, std::string& error) {
-  slot = reinterpret_cast<Fn*>(dlsym(handle, symbol));
-  if (!slot && error.empty()) error = std::string("symbol ") + symbol + " missing";
+void load_symbol(void* handle, const char* symbols, Fn*& slot, std::string& error) {
+  std::string_view rest = symbols;
+  while (!slot && !rest.empty()) {
+    const size_t bar = rest.find('|');
+    const std::string name(rest.substr(0, bar));
+    slot = reinterpret_cast<Fn*>(dlsym(handle, name.c_str()));
+    rest = bar == std::string_view::npos ? std::string_view() : rest.substr(bar + 1);
+  }
+  if (!slot && error.empty()) error = std::string("symbol ") + symbols + " missing";
 }
 
 #define LUMINAL_CUDA_LOAD(name, symbol, signature) load_symbol(handle, symbol, table.name, table.error);

@@ -35,7 +35,8 @@ inline constexpr unsigned CU_STREAM_NON_BLOCKING = 1;
 inline constexpr unsigned CU_EVENT_DEFAULT = 0;
 inline constexpr int CU_STREAM_CAPTURE_MODE_RELAXED = 2;
 
-// X-macro: name in the table, symbol looked up with dlsym, signature. One row per call.
+// X-macro: name in the table, symbol looked up with dlsym (alternatives separated by
+// '|', newest first), signature. One row per call.
 #define LUMINAL_CUDA_DRIVER_FUNCTIONS(X)                                                        \
   X(cuInit, "cuInit", CUresult(unsigned))                                                       \
   X(cuDriverGetVersion, "cuDriverGetVersion", CUresult(int*))                                  \
@@ -64,7 +65,7 @@ inline constexpr int CU_STREAM_CAPTURE_MODE_RELAXED = 2;
   X(cuEventDestroy, "cuEventDestroy_v2", CUresult(CUevent))                                     \
   X(cuEventRecord, "cuEventRecord", CUresult(CUevent, CUstream))                                \
   X(cuEventSynchronize, "cuEventSynchronize", CUresult(CUevent))                                \
-  X(cuEventElapsedTime, "cuEventElapsedTime_v2", CUresult(float*, CUevent, CUevent))           \
+  X(cuEventElapsedTime, "cuEventElapsedTime_v2|cuEventElapsedTime", CUresult(float*, CUevent, CUevent))           \
   X(cuModuleLoadData, "cuModuleLoadData", CUresult(CUmodule*, const void*))                     \
   X(cuModuleUnload, "cuModuleUnload", CUresult(CUmodule))                                       \
   X(cuModuleGetFunction, "cuModuleGetFunction", CUresult(CUfunction*, CUmodule, const char*))  \
