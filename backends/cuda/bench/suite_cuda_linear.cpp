@@ -71,7 +71,8 @@ double copy_bandwidth(StreamHandle stream) {
 }
 
 std::string config_name(const GemvConfig& c) {
-  return "gemv ksplit=" + std::to_string(c.ksplit) + " rows_per_warp=" + std::to_string(c.rows_per_warp);
+  return "gemv ksplit=" + std::to_string(c.ksplit) + " rows_per_warp=" + std::to_string(c.rows_per_warp) +
+         " unroll=" + std::to_string(c.unroll);
 }
 
 }  // namespace
@@ -104,7 +105,8 @@ int main(int argc, char** argv) {
     {
       std::vector<KernelSource> sources{fill_source(bf16)};
       for (int m_max : {1, 16})
-        for (int rpw : {1, 2}) sources.push_back(gemv_source(bf16, m_max, rpw, Activation::None));
+        for (int rpw : {1, 2})
+          for (int unroll : {2, 4, 8}) sources.push_back(gemv_source(bf16, m_max, rpw, Activation::None, unroll));
       cache.cubins(sources);
     }
     const double bandwidth = copy_bandwidth(s);
@@ -169,15 +171,17 @@ int main(int argc, char** argv) {
           const GemvConfig heuristic = choose_gemv_config(M, shape.N, shape.K, ctx.info().sm_count);
           std::string gemv_best_name;
           for (int ksplit : {1, 2, 4, 8})
-            for (int rpw : {1, 2}) {
-              const GemvConfig config{ksplit, rpw};
-              const double us = timed([&](DevicePtr w) {
-                args.w = w;
-                launch_gemv(cache, args, s, ctx.info().sm_count, config);
-              });
-              if (ksplit == heuristic.ksplit && rpw == heuristic.rows_per_warp) gemv_heuristic = us;
-              if (us < gemv_best) gemv_best = us, gemv_best_name = config_name(config);
-            }
+            for (int rpw : {1, 2})
+              for (int unroll : {2, 4, 8}) {
+                const GemvConfig config{ksplit, rpw, unroll};
+                const double us = timed([&](DevicePtr w) {
+                  args.w = w;
+                  launch_gemv(cache, args, s, ctx.info().sm_count, config);
+                });
+                if (ksplit == heuristic.ksplit && rpw == heuristic.rows_per_warp && unroll == heuristic.unroll)
+                  gemv_heuristic = us;
+                if (us < gemv_best) gemv_best = us, gemv_best_name = config_name(config);
+              }
           line.num("gemv_us", gemv_best).str("gemv_best_config", gemv_best_name);
           line.num("gemv_heuristic_us", gemv_heuristic).str("gemv_heuristic_config", config_name(heuristic));
           // What the heuristic picks is what a model gets without search.

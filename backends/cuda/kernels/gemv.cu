@@ -9,9 +9,8 @@
 namespace lk {
 
 constexpr int kGemvWarps = 8;
-constexpr int kGemvUnroll = 4;
 
-template <class T, int MMAX, int RPW, int ACT>
+template <class T, int MMAX, int RPW, int ACT, int UNROLL>
 __device__ __forceinline__ void gemv(const T* __restrict__ x, const T* __restrict__ w,
                                      const T* __restrict__ bias, const T* __restrict__ residual,
                                      T* __restrict__ y, int M, int N, int K, int ksplit, int vectorized) {
@@ -41,16 +40,16 @@ __device__ __forceinline__ void gemv(const T* __restrict__ x, const T* __restric
       const long long row = n0 + r < N ? n0 + r : N - 1;  // clamped rows load, never store
       wrow[r] = reinterpret_cast<const uint4*>(w + row * K);
     }
-    for (int v0 = begin + lane; v0 < end; v0 += 32 * kGemvUnroll) {
-      uint4 wv[kGemvUnroll][RPW];
+    for (int v0 = begin + lane; v0 < end; v0 += 32 * UNROLL) {
+      uint4 wv[UNROLL][RPW];
 #pragma unroll
-      for (int u = 0; u < kGemvUnroll; ++u) {
+      for (int u = 0; u < UNROLL; ++u) {
         const int v = v0 + u * 32;
 #pragma unroll
         for (int r = 0; r < RPW; ++r) wv[u][r] = v < end ? __ldcs(wrow[r] + v) : make_uint4(0, 0, 0, 0);
       }
 #pragma unroll
-      for (int u = 0; u < kGemvUnroll; ++u) {
+      for (int u = 0; u < UNROLL; ++u) {
         const int v = v0 + u * 32;
         if (v >= end) break;
         float wf[RPW][V];
@@ -111,9 +110,9 @@ __device__ __forceinline__ void gemv(const T* __restrict__ x, const T* __restric
 
 }  // namespace lk
 
-#define LUMINAL_GEMV_ENTRY(NAME, T, MMAX, RPW, ACT)                                                   \
+#define LUMINAL_GEMV_ENTRY(NAME, T, MMAX, RPW, ACT, UNROLL)                                                   \
   extern "C" __global__ void __launch_bounds__(lk::kGemvWarps * 32)                                   \
       NAME(const T* x, const T* w, const T* bias, const T* residual, T* y, int M, int N, int K,        \
            int ksplit, int vectorized) {                                                              \
-    lk::gemv<T, MMAX, RPW, ACT>(x, w, bias, residual, y, M, N, K, ksplit, vectorized);                \
+    lk::gemv<T, MMAX, RPW, ACT, UNROLL>(x, w, bias, residual, y, M, N, K, ksplit, vectorized);                \
   }

@@ -62,6 +62,7 @@ GemvConfig choose_gemv_config(int M, int N, int K, int sm_count) {
   GemvConfig config;
   // Two outputs per warp halve the x loads per weight load once several rows share them.
   config.rows_per_warp = M > 2 && N >= 2 ? 2 : 1;
+  config.unroll = 4;
   // Split K across the warps of a block until there are enough warps to keep every SM's
   // memory pipes busy (about 2 blocks x 8 warps per SM in flight), but never below 4
   // 16-byte loads per lane per warp.
@@ -74,13 +75,14 @@ GemvConfig choose_gemv_config(int M, int N, int K, int sm_count) {
   return config;
 }
 
-KernelSource gemv_source(DType dtype, int m_max, int rows_per_warp, Activation act) {
+KernelSource gemv_source(DType dtype, int m_max, int rows_per_warp, Activation act, int unroll) {
   LUMINAL_CHECK(m_max == 1 || m_max == 2 || m_max == 4 || m_max == 8 || m_max == 16,
                 "GEMV row capacity must be 1, 2, 4, 8 or 16, got ", m_max);
   LUMINAL_CHECK(rows_per_warp == 1 || rows_per_warp == 2, "GEMV rows per warp must be 1 or 2, got ", rows_per_warp);
+  LUMINAL_CHECK(unroll == 2 || unroll == 4 || unroll == 8, "GEMV unroll must be 2, 4 or 8, got ", unroll);
   const std::string entry = detail::concat("LUMINAL_GEMV_ENTRY(", kGemvKernelName, ", ", kernel_type_name(dtype), ", ",
-                                           m_max, ", ", rows_per_warp, ", ", static_cast<int>(act), ")");
-  return assemble(detail::concat("gemv_", lower(dtype_name(dtype)), "_m", m_max, "_r", rows_per_warp, "_",
+                                           m_max, ", ", rows_per_warp, ", ", static_cast<int>(act), ", ", unroll, ")");
+  return assemble(detail::concat("gemv_", lower(dtype_name(dtype)), "_m", m_max, "_r", rows_per_warp, "_u", unroll, "_",
                                  activation_name(act)),
                   embedded::kGemvCu, entry);
 }
@@ -92,17 +94,19 @@ void launch_gemv(ModuleCache& cache, const GemvArgs& a, StreamHandle stream, int
   const GemvConfig chosen = choose_gemv_config(a.M, a.N, a.K, sm_count);
   if (config.ksplit == 0) config.ksplit = chosen.ksplit;
   if (config.rows_per_warp == 0) config.rows_per_warp = chosen.rows_per_warp;
+  if (config.unroll == 0) config.unroll = chosen.unroll;
   LUMINAL_CHECK(config.ksplit == 1 || config.ksplit == 2 || config.ksplit == 4 || config.ksplit == 8,
                 "GEMV ksplit must be 1, 2, 4 or 8, got ", config.ksplit);
   const int elements_per_vector = 16 / static_cast<int>(dtype_bytes(a.dtype));
   // 16-byte loads need every row of x and w to start on a 16-byte boundary.
-  const int vectorized = a.K % elements_per_vector == 0 && a.x % 16 == 0 && a.w % 16 == 0;
-  api::CUfunction fn = cache.function(gemv_source(a.dtype, capacity, config.rows_per_warp, a.act), kGemvKernelName);
+  int vectorized = a.K % elements_per_vector == 0 && a.x % 16 == 0 && a.w % 16 == 0;
+  api::CUfunction fn =
+      cache.function(gemv_source(a.dtype, capacity, config.rows_per_warp, a.act, config.unroll), kGemvKernelName);
   const int rows_per_block = (8 / config.ksplit) * config.rows_per_warp;
   const unsigned blocks = static_cast<unsigned>((a.N + rows_per_block - 1) / rows_per_block);
   DevicePtr x = a.x, w = a.w, bias = a.bias, residual = a.residual, y = a.y;
   int M = a.M, N = a.N, K = a.K, ksplit = config.ksplit;
-  void* params[] = {&x, &w, &bias, &residual, &y, &M, &N, &K, &ksplit, const_cast<int*>(&vectorized)};
+  void* params[] = {&x, &w, &bias, &residual, &y, &M, &N, &K, &ksplit, &vectorized};
   launch(fn, blocks, 1, 256, 0, stream, params);
 }
 
@@ -282,15 +286,19 @@ std::vector<KernelSource> all_kernel_sources() {
   std::vector<KernelSource> sources;
   for (DType dt : {DType::F32, DType::F16, DType::BF16}) {
     std::string entries;
-    auto add_gemv = [&](int m_max, int rpw, Activation act) {
-      entries += detail::concat("LUMINAL_GEMV_ENTRY(luminal_gemv_m", m_max, "_r", rpw, "_", activation_name(act), ", ",
-                                kernel_type_name(dt), ", ", m_max, ", ", rpw, ", ", static_cast<int>(act), ")\n");
+    auto add_gemv = [&](int m_max, int rpw, Activation act, int unroll) {
+      entries += detail::concat("LUMINAL_GEMV_ENTRY(luminal_gemv_m", m_max, "_r", rpw, "_u", unroll, "_",
+                                activation_name(act), ", ", kernel_type_name(dt), ", ", m_max, ", ", rpw, ", ",
+                                static_cast<int>(act), ", ", unroll, ")\n");
     };
     for (Activation act : {Activation::None, Activation::Relu, Activation::Silu, Activation::GeluTanh})
-      add_gemv(4, 2, act);
-    if (dt == DType::BF16)
+      add_gemv(4, 2, act, 4);
+    if (dt == DType::BF16) {
       for (int m_max : {1, 2, 8, 16})
-        for (int rpw : {1, 2}) add_gemv(m_max, rpw, Activation::None);
+        for (int rpw : {1, 2}) add_gemv(m_max, rpw, Activation::None, 4);
+      add_gemv(1, 1, Activation::None, 2);
+      add_gemv(16, 2, Activation::None, 8);
+    }
     sources.push_back(assemble("kernels_" + lower(dtype_name(dt)), embedded::kGemvCu, entries));
     sources.push_back(fill_source(dt));
     sources.push_back(rows_source(dt));

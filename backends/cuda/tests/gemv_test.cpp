@@ -34,6 +34,7 @@ void run_case(Context& ctx, Stream& stream, ModuleCache& cache, const Case& c, u
   SCOPED_TRACE(::testing::Message() << luminal::dtype_name(c.dtype) << " M=" << c.M << " N=" << c.N << " K=" << c.K
                                   << " act=" << activation_name(c.act) << " bias=" << c.bias << " res=" << c.residual
                                   << " ksplit=" << c.config.ksplit << " rpw=" << c.config.rows_per_warp
+                                  << " unroll=" << c.config.unroll
                                   << " misalign=" << c.misalign_bytes);
   const HostData x = encode(c.dtype, random_values(size_t(c.M) * c.K, seed));
   const HostData w = encode(c.dtype, random_values(size_t(c.N) * c.K, seed + 1));
@@ -108,9 +109,10 @@ TEST_F(Gemv, EveryConfigGivesTheSameAnswer) {
   uint32_t seed = 101;
   for (int ksplit : {1, 2, 4, 8})
     for (int rpw : {1, 2})
-      for (int M : {1, 7})
-        run_case(ctx, stream, cache,
-                 {DType::BF16, M, 259, 2056, Activation::Silu, true, true, GemvConfig{ksplit, rpw}}, seed++);
+      for (int unroll : {2, 4, 8})
+        for (int M : {1, 7})
+          run_case(ctx, stream, cache,
+                   {DType::BF16, M, 259, 2056, Activation::Silu, true, true, GemvConfig{ksplit, rpw, unroll}}, seed++);
 }
 
 TEST_F(Gemv, MisalignedPointersTakeTheScalarPath) {

@@ -55,7 +55,7 @@ TEST(CudaNvrtc, LauncherVariantsCompile) {
   LUMINAL_REQUIRE_NVRTC();
   // The exact sources the launchers build (one entry each), a few of them.
   ModuleCache cache("sm_90", {});
-  std::vector<KernelSource> sources{gemv_source(luminal::DType::BF16, 1, 1, Activation::None),
+  std::vector<KernelSource> sources{gemv_source(luminal::DType::BF16, 1, 1, Activation::None, 8),
                                     gemv_source(luminal::DType::F16, 16, 2, Activation::Silu),
                                     gemv_source(luminal::DType::F32, 4, 2, Activation::GeluTanh)};
   for (const auto& image : cache.cubins(sources)) EXPECT_TRUE(is_elf(*image));

@@ -27,10 +27,11 @@ inline constexpr int kGemvMaxRows = 16;
 struct GemvConfig {
   int ksplit = 0;         // warps of a block that split K: 1, 2, 4 or 8 (0: choose)
   int rows_per_warp = 0;  // output columns per warp: 1 or 2 (0: choose)
+  int unroll = 0;         // 16-byte weight loads in flight per lane: 2, 4 or 8 (0: choose)
 };
 GemvConfig choose_gemv_config(int M, int N, int K, int sm_count);
 // The source of one variant; `m_max` is the row capacity (1, 2, 4, 8 or 16).
-KernelSource gemv_source(DType dtype, int m_max, int rows_per_warp, Activation act);
+KernelSource gemv_source(DType dtype, int m_max, int rows_per_warp, Activation act, int unroll = 4);
 inline constexpr const char* kGemvKernelName = "luminal_gemv";
 
 struct GemvArgs {
