@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""scripts/bench cuda (or scripts/gpu): issue 10's benchmark case 1, BF16 linear layers,
+"""scripts/bench cuda (or scripts/gpu): issue 10's benchmark case 1, BF16 linear layers
+(and the RMSNorm and softmax rows of case 2),
 luminal's CUDA kernels and cuBLASLt (backends/cuda/bench/suite_cuda_linear) against PyTorch
 in the same run: eager, eager replayed from a CUDA graph, and torch.compile. Every peer
 reads as many distinct weight copies per pass as our program does, so no one is flattered
@@ -106,6 +107,52 @@ def torch_peers(K, N, M, copies, deadline):
     return peers, notes
 
 
+def torch_row_peers(op, rows, cols, copies, deadline):
+    """RMSNorm or softmax over (rows, cols) BF16, distinct input per launch."""
+    import torch
+    import torch.nn.functional as F
+    peers, notes = {}, []
+    xs = [torch.empty(rows, cols, device="cuda", dtype=torch.bfloat16).uniform_(-4, 4) for _ in range(copies)]
+    weight = torch.empty(cols, device="cuda", dtype=torch.bfloat16).uniform_(-1, 1)
+    if op == "rmsnorm":
+        fn = lambda x: F.rms_norm(x, (cols,), weight, 1e-5)
+    else:
+        fn = lambda x: torch.softmax(x, dim=-1)
+
+    def eager_pass():
+        for x in xs:
+            fn(x)
+
+    peers["torch_eager"] = time_us(eager_pass, copies)
+    try:
+        eager_pass()
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            outs = [fn(x) for x in xs]
+        peers["torch_cuda_graph"] = time_us(graph.replay, copies)
+        del graph, outs
+    except Exception as err:
+        notes.append(f"torch_cuda_graph failed: {err}")
+    if time.monotonic() < deadline:
+        try:
+            torch._dynamo.reset()
+            compiled = torch.compile(fn, dynamic=False)
+
+            def compiled_pass():
+                for x in xs:
+                    compiled(x)
+
+            peers["torch_compile"] = time_us(compiled_pass, copies)
+        except Exception as err:
+            notes.append(f"torch.compile failed: {str(err).splitlines()[0][:200]}")
+    else:
+        notes.append("torch.compile skipped: time budget spent")
+    del xs
+    torch.cuda.empty_cache()
+    return peers, notes
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--bin", default=str(DEFAULT_BIN))
@@ -137,18 +184,25 @@ def main():
 
     deadline = started + args.budget_s
     for line in lines:
-        m = re.fullmatch(r"linear_bf16_(\d+)x(\d+)_rows(\d+)", line.get("case", ""))
-        if not m or "value" not in line:
+        case = line.get("case", "")
+        linear = re.fullmatch(r"linear_bf16_(\d+)x(\d+)_rows(\d+)", case)
+        row_op = re.fullmatch(r"rows_(rmsnorm|softmax)_bf16_(\d+)x(\d+)", case)
+        if not (linear or row_op) or "value" not in line:
             emit(line)
             continue
-        K, N, M = (int(g) for g in m.groups())
         if not torch_ok:
             line["peer_status"] = torch_why
         elif time.monotonic() > deadline:
             line["peer_status"] = "skipped: time budget spent"
         else:
             try:
-                peers, notes = torch_peers(K, N, M, int(line.get("weight_copies", 2)), deadline)
+                copies = int(line.get("weight_copies", 2))
+                if linear:
+                    K, N, M = (int(g) for g in linear.groups())
+                    peers, notes = torch_peers(K, N, M, copies, deadline)
+                else:
+                    peers, notes = torch_row_peers(row_op.group(1), int(row_op.group(2)), int(row_op.group(3)),
+                                                   copies, deadline)
                 line["peers"] = {k: round(v, 3) for k, v in peers.items()}
                 best = min(peers.values())
                 line["ratio_vs_best_peer"] = round(best / line["value"], 4) if line["value"] else None

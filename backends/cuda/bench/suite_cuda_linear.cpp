@@ -1,4 +1,4 @@
-// Issue 10, benchmark case 1: BF16 linear layers y[M, N] = x[M, K] w[N, K]^T of Llama-3-8B
+// Issue 10, benchmark case 1 (and RMSNorm/softmax of case 2): BF16 linear layers y[M, N] = x[M, K] w[N, K]^T of Llama-3-8B
 // shapes at 1, 16 and 512 rows, our GEMV/skinny kernels and cuBLASLt, timed with CUDA
 // events around a CUDA graph of back-to-back launches. Every launch reads a different copy
 // of the weights (enough copies to exceed 4x the L2), as a model reads each weight once per
@@ -103,7 +103,7 @@ int main(int argc, char** argv) {
     const DType bf16 = DType::BF16;
     // Compile every variant this run can launch, in parallel, before timing anything.
     {
-      std::vector<KernelSource> sources{fill_source(bf16)};
+      std::vector<KernelSource> sources{fill_source(bf16), rows_source(bf16)};
       for (int m_max : {1, 16})
         for (int rpw : {1, 2})
           for (int unroll : {2, 4, 8}) sources.push_back(gemv_source(bf16, m_max, rpw, Activation::None, unroll));
@@ -233,6 +233,55 @@ int main(int argc, char** argv) {
           line.num("tflops", flops / (best * 1e-6) / 1e12).str("bound", "compute");
         }
         line.num("weight_copies", copies).num("launches_per_graph", reps).print();
+      }
+    }
+
+    // Case 2 (part): RMSNorm and softmax over (4096, 4096) BF16 rows, distinct buffers per launch.
+    if (!quick) {
+      const int rows = 4096, cols = 4096;
+      const size_t bytes = size_t(rows) * cols * 2;
+      const size_t l2 = std::max<size_t>(ctx.info().l2_bytes, 50u << 20);
+      const int copies = int(std::max<size_t>(2, (4 * l2 + bytes - 1) / bytes));
+      std::vector<DeviceBuffer> inputs, outputs;
+      for (int c = 0; c < copies; ++c) {
+        inputs.emplace_back(bytes);
+        outputs.emplace_back(bytes);
+        fill_uniform(cache, bf16, inputs.back().ptr(), int64_t(rows) * cols, seed++, 4.0f, s);
+      }
+      DeviceBuffer weight(size_t(cols) * 2);
+      fill_uniform(cache, bf16, weight.ptr(), cols, seed++, 1.0f, s);
+      stream.synchronize();
+      const double floor_us = (2.0 * double(bytes) + cols * 2.0) / bandwidth * 1e6;
+      for (const char* op : {"rmsnorm", "softmax"}) {
+        const std::string name = std::string("rows_") + op + "_bf16_4096x4096";
+        if (std::chrono::duration<double>(Clock::now() - started).count() > budget_s) {
+          Json().str("suite", "cuda").str("case", name).str("status", "skipped: time budget spent").print();
+          continue;
+        }
+        const bool rms = op[0] == 'r';
+        auto launch_one = [&](int i) {
+          if (rms)
+            launch_rmsnorm(cache, bf16, inputs[i].ptr(), weight.ptr(), outputs[i].ptr(), rows, cols, 1e-5f, s);
+          else
+            launch_softmax(cache, bf16, inputs[i].ptr(), outputs[i].ptr(), rows, cols, s);
+        };
+        launch_one(0);
+        stream.synchronize();
+        const int reps = copies * std::clamp(int(2000.0 / (floor_us * copies)), 1, 200);
+        int i = 0;
+        const double us = 1e3 * time_ms(s, [&] { launch_one(i++ % copies); }, reps, 5, true);
+        Json()
+            .str("suite", "cuda")
+            .str("case", name)
+            .num("value", us)
+            .str("unit", "us")
+            .str("better", "lower")
+            .num("floor_us", floor_us)
+            .num("fraction_of_floor", floor_us / us)
+            .str("target", ">= 0.85 of floor")
+            .num("weight_copies", copies)
+            .num("launches_per_graph", reps)
+            .print();
       }
     }
   } catch (const Error& e) {
