@@ -27,16 +27,24 @@ std::vector<std::string> candidates(const char* soname) {
   return paths;
 }
 
-void* open_library(const char* soname, std::string& error) {
+// `sonames` lists alternatives separated by '|', preferred first; the error names the first.
+void* open_library(const char* sonames, std::string& error) {
   std::string first_error;
-  for (const std::string& path : candidates(soname)) {
-    if (void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL)) return handle;
-    if (first_error.empty()) {
-      const char* why = dlerror();
-      first_error = why ? why : "unknown dlopen error";
+  std::string_view rest = sonames;
+  while (!rest.empty()) {
+    const size_t bar = rest.find('|');
+    const std::string soname(rest.substr(0, bar));
+    rest = bar == std::string_view::npos ? std::string_view() : rest.substr(bar + 1);
+    for (const std::string& path : candidates(soname.c_str())) {
+      if (void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL)) return handle;
+      if (first_error.empty()) {
+        const char* why = dlerror();
+        first_error = why ? why : "unknown dlopen error";
+      }
     }
   }
-  error = std::string(soname) + " not found (" + first_error + ")";
+  const std::string_view all = sonames;
+  error = std::string(all.substr(0, all.find('|'))) + " not found (" + first_error + ")";
   return nullptr;
 }
 
@@ -69,7 +77,8 @@ DriverTable load_driver() {
 
 NvrtcTable load_nvrtc() {
   NvrtcTable table;
-  void* handle = open_library("libnvrtc.so.13", table.error);
+  // NVRTC 12 also compiles for sm_90, and its CUBINs run on newer drivers.
+  void* handle = open_library("libnvrtc.so.13|libnvrtc.so.12", table.error);
   if (!handle) {
     table.error = "no NVRTC (" + table.error + ")";
     return table;
