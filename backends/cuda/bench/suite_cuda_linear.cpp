@@ -105,7 +105,7 @@ int main(int argc, char** argv) {
     {
       std::vector<KernelSource> sources{fill_source(bf16), rows_source(bf16)};
       for (int m_max : {1, 16})
-        for (int rpw : {1, 2})
+        for (int rpw : {1, 2, 4})
           for (int unroll : {2, 4, 8}) sources.push_back(gemv_source(bf16, m_max, rpw, Activation::None, unroll));
       cache.cubins(sources);
     }
@@ -171,7 +171,7 @@ int main(int argc, char** argv) {
           const GemvConfig heuristic = choose_gemv_config(M, shape.N, shape.K, ctx.info().sm_count);
           std::string gemv_best_name;
           for (int ksplit : {1, 2, 4, 8})
-            for (int rpw : {1, 2})
+            for (int rpw : {1, 2, 4})
               for (int unroll : {2, 4, 8}) {
                 const GemvConfig config{ksplit, rpw, unroll};
                 const double us = timed([&](DevicePtr w) {

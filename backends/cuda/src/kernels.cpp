@@ -78,7 +78,8 @@ GemvConfig choose_gemv_config(int M, int N, int K, int sm_count) {
 KernelSource gemv_source(DType dtype, int m_max, int rows_per_warp, Activation act, int unroll) {
   LUMINAL_CHECK(m_max == 1 || m_max == 2 || m_max == 4 || m_max == 8 || m_max == 16,
                 "GEMV row capacity must be 1, 2, 4, 8 or 16, got ", m_max);
-  LUMINAL_CHECK(rows_per_warp == 1 || rows_per_warp == 2, "GEMV rows per warp must be 1 or 2, got ", rows_per_warp);
+  LUMINAL_CHECK(rows_per_warp == 1 || rows_per_warp == 2 || rows_per_warp == 4, "GEMV rows per warp must be 1, 2 or 4, got ",
+                rows_per_warp);
   LUMINAL_CHECK(unroll == 2 || unroll == 4 || unroll == 8, "GEMV unroll must be 2, 4 or 8, got ", unroll);
   const std::string entry = detail::concat("LUMINAL_GEMV_ENTRY(", kGemvKernelName, ", ", kernel_type_name(dtype), ", ",
                                            m_max, ", ", rows_per_warp, ", ", static_cast<int>(act), ", ", unroll, ")");
@@ -298,6 +299,7 @@ std::vector<KernelSource> all_kernel_sources() {
         for (int rpw : {1, 2}) add_gemv(m_max, rpw, Activation::None, 4);
       add_gemv(1, 1, Activation::None, 2);
       add_gemv(16, 2, Activation::None, 8);
+      add_gemv(16, 4, Activation::None, 2);
     }
     sources.push_back(assemble("kernels_" + lower(dtype_name(dt)), embedded::kGemvCu, entries));
     sources.push_back(fill_source(dt));

@@ -108,7 +108,7 @@ TEST_F(Gemv, EveryConfigGivesTheSameAnswer) {
   ModuleCache cache(ctx.info().arch());
   uint32_t seed = 101;
   for (int ksplit : {1, 2, 4, 8})
-    for (int rpw : {1, 2})
+    for (int rpw : {1, 2, 4})
       for (int unroll : {2, 4, 8})
         for (int M : {1, 7})
           run_case(ctx, stream, cache,

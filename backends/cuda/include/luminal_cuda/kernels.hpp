@@ -26,7 +26,7 @@ const char* kernel_type_name(DType dtype);
 inline constexpr int kGemvMaxRows = 16;
 struct GemvConfig {
   int ksplit = 0;         // warps of a block that split K: 1, 2, 4 or 8 (0: choose)
-  int rows_per_warp = 0;  // output columns per warp: 1 or 2 (0: choose)
+  int rows_per_warp = 0;  // output columns per warp: 1, 2 or 4 (0: choose); more rows share each x load
   int unroll = 0;         // 16-byte weight loads in flight per lane: 2, 4 or 8 (0: choose)
 };
 GemvConfig choose_gemv_config(int M, int N, int K, int sm_count);
