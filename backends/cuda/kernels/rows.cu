@@ -13,7 +13,7 @@ __device__ __forceinline__ void load_vector(const T* p, float* out) {
 template <class T>
 __device__ __forceinline__ void store_vector(T* p, const float* in) {
   constexpr int V = Pack<T>::N;
-  T tmp[V];
+  alignas(16) T tmp[V];
 #pragma unroll
   for (int j = 0; j < V; ++j) tmp[j] = from_float<T>(in[j]);
   *reinterpret_cast<uint4*>(p) = *reinterpret_cast<const uint4*>(tmp);

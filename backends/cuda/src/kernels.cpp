@@ -1,6 +1,7 @@
 #include "luminal_cuda/kernels.hpp"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <initializer_list>
 
