@@ -1,0 +1,142 @@
+// The device side of the CUDA backend: whether a GPU is usable, its context, streams,
+// device memory, copies, events and CUDA graphs. Every failing call throws
+// luminal::Error naming the driver call (see api.hpp).
+#pragma once
+
+#include <cstddef>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "luminal_cuda/api.hpp"
+
+namespace luminal::cuda {
+
+using StreamHandle = api::CUstream;
+using DevicePtr = api::CUdeviceptr;
+
+// Whether this process can run CUDA work, and if not, why:
+// "no CUDA driver (libcuda.so.1 not found (...))", "no GPU device", ...
+struct Availability {
+  bool ok = false;
+  std::string message;  // "NVIDIA H200 (sm_90, 132 SMs)" when ok
+};
+// Checked once per process (cuInit plus a device count); never throws.
+const Availability& available();
+
+struct DeviceInfo {
+  int ordinal = 0;
+  std::string name;
+  int cc_major = 0, cc_minor = 0;
+  int sm_count = 0;
+  int l2_bytes = 0;
+  int max_shared_per_block_optin = 0;
+  size_t total_memory = 0;
+  std::string arch() const { return "sm_" + std::to_string(cc_major) + std::to_string(cc_minor); }
+};
+
+// The primary context of one device, made current on the constructing thread.
+class Context {
+ public:
+  explicit Context(int ordinal = 0);
+  ~Context();
+  Context(const Context&) = delete;
+  Context& operator=(const Context&) = delete;
+
+  const DeviceInfo& info() const { return info_; }
+  void make_current() const;
+  void synchronize() const;
+
+ private:
+  api::CUdevice device_ = 0;
+  api::CUcontext context_ = nullptr;
+  DeviceInfo info_;
+};
+
+class Stream {
+ public:
+  Stream();  // a non-blocking stream on the current context
+  ~Stream();
+  Stream(const Stream&) = delete;
+  Stream& operator=(const Stream&) = delete;
+  StreamHandle get() const { return stream_; }
+  void synchronize() const;
+
+ private:
+  StreamHandle stream_ = nullptr;
+};
+
+// Plain device memory (cuMemAlloc; never managed memory). Move-only.
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  explicit DeviceBuffer(size_t bytes);
+  ~DeviceBuffer();
+  DeviceBuffer(DeviceBuffer&& other) noexcept;
+  DeviceBuffer& operator=(DeviceBuffer&& other) noexcept;
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+
+  DevicePtr ptr() const { return ptr_; }
+  size_t bytes() const { return bytes_; }
+  template <class T>
+  T* as() const { return reinterpret_cast<T*>(static_cast<uintptr_t>(ptr_)); }
+
+  // Copies on `stream`; the blocking forms synchronise it before returning.
+  void upload(const void* host, size_t bytes, StreamHandle stream, size_t offset = 0);
+  void download(void* host, size_t bytes, StreamHandle stream, size_t offset = 0) const;
+  void zero(StreamHandle stream);
+  template <class T>
+  void upload(const std::vector<T>& host, StreamHandle stream) { upload(host.data(), host.size() * sizeof(T), stream); }
+  template <class T>
+  std::vector<T> download(StreamHandle stream) const {
+    std::vector<T> host(bytes_ / sizeof(T));
+    download(host.data(), host.size() * sizeof(T), stream);
+    return host;
+  }
+
+ private:
+  void release() noexcept;
+  DevicePtr ptr_ = 0;
+  size_t bytes_ = 0;
+};
+
+void copy_device_to_device(DevicePtr dst, DevicePtr src, size_t bytes, StreamHandle stream);
+
+class Event {
+ public:
+  Event();
+  ~Event();
+  Event(const Event&) = delete;
+  Event& operator=(const Event&) = delete;
+  void record(StreamHandle stream);
+  void synchronize() const;
+  // Milliseconds between two recorded events (both must have completed).
+  static float elapsed_ms(const Event& start, const Event& end);
+
+ private:
+  api::CUevent event_ = nullptr;
+};
+
+// Work captured once from a stream (kernels and cuBLASLt calls alike) and replayed.
+class Graph {
+ public:
+  // Runs `enqueue` while `stream` is being captured; nothing executes until launch().
+  Graph(StreamHandle stream, const std::function<void()>& enqueue);
+  ~Graph();
+  Graph(const Graph&) = delete;
+  Graph& operator=(const Graph&) = delete;
+  void launch(StreamHandle stream) const;
+
+ private:
+  api::CUgraph graph_ = nullptr;
+  api::CUgraphExec exec_ = nullptr;
+};
+
+// Time `enqueue` with events: `warmup` untimed runs, then `repetitions` timed runs of
+// `enqueue` back to back (or of one graph holding them when `use_graph`); returns the
+// median milliseconds per call over `samples` such timings.
+double time_ms(StreamHandle stream, const std::function<void()>& enqueue, int repetitions,
+               int samples = 5, bool use_graph = true, int warmup = 2);
+
+}  // namespace luminal::cuda

@@ -1,0 +1,102 @@
+// Our own CUDA kernels: CUDA C sources (backends/cuda/kernels/*.cu, embedded at build
+// time) compiled by NVRTC, one templated body per family and one extern "C" entry per
+// variant, plus host launchers that choose grid and block from the shape.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "luminal/dtype.hpp"
+#include "luminal_cuda/compiler.hpp"
+#include "luminal_cuda/device.hpp"
+
+namespace luminal::cuda {
+
+// Epilogue activations, in the order of lk::Act in kernels/common.cuh.
+enum class Activation : int { None = 0, Relu = 1, Silu = 2, GeluTanh = 3 };
+const char* activation_name(Activation a);
+
+// F32, F16 and BF16 are the kernel dtypes; anything else throws naming the dtype.
+const char* kernel_type_name(DType dtype);
+
+// ---- GEMV / skinny GEMM (M = 1..16) ----
+//   y[m, n] = act(sum_k x[m, k] * w[n, k] + bias[n]) + residual[m, n]
+// x [M, K], w [N, K] (row-major, a linear layer's weight), bias [N], residual and y [M, N];
+// all contiguous and of one dtype; bias and residual may be 0 (absent).
+inline constexpr int kGemvMaxRows = 16;
+struct GemvConfig {
+  int ksplit = 0;         // warps of a block that split K: 1, 2, 4 or 8 (0: choose)
+  int rows_per_warp = 0;  // output columns per warp: 1, 2 or 4 (0: choose); more rows share each x load
+  int unroll = 0;         // 16-byte weight loads in flight per lane: 2, 4 or 8 (0: choose)
+};
+GemvConfig choose_gemv_config(int M, int N, int K, int sm_count);
+// The source of one variant; `m_max` is the row capacity (1, 2, 4, 8 or 16).
+KernelSource gemv_source(DType dtype, int m_max, int rows_per_warp, Activation act, int unroll = 4);
+inline constexpr const char* kGemvKernelName = "luminal_gemv";
+
+struct GemvArgs {
+  DType dtype = DType::BF16;
+  int M = 1, N = 0, K = 0;
+  DevicePtr x = 0, w = 0, bias = 0, residual = 0, y = 0;
+  Activation act = Activation::None;
+};
+void launch_gemv(ModuleCache& cache, const GemvArgs& args, StreamHandle stream, int sm_count, GemvConfig config = {});
+
+// ---- row-wise RMSNorm and softmax over a contiguous [rows, cols] matrix ----
+//   rmsnorm: y = x * rsqrt(mean(x^2) + eps) * weight   (weight [cols], may be 0)
+//   softmax: y = exp(x - max) / sum(exp(x - max))      (online statistics, one pass)
+KernelSource rows_source(DType dtype);
+inline constexpr const char* kRmsNormKernelName = "luminal_rmsnorm";
+inline constexpr const char* kSoftmaxKernelName = "luminal_softmax";
+void launch_rmsnorm(ModuleCache& cache, DType dtype, DevicePtr x, DevicePtr weight, DevicePtr y, int rows, int cols,
+                    float eps, StreamHandle stream);
+void launch_softmax(ModuleCache& cache, DType dtype, DevicePtr x, DevicePtr y, int rows, int cols, StreamHandle stream);
+
+// ---- KV cache: element (b, h, p, d) at b*stride_b + h*stride_h + p*stride_p + d ----
+struct KvCacheLayout {
+  int batch = 1, kv_heads = 0, capacity = 0, head_dim = 0;
+  int64_t stride_b = 0, stride_h = 0, stride_p = 0;  // 0: packed [batch, kv_heads, capacity, head_dim]
+  KvCacheLayout packed() const;                      // the strides filled in
+};
+
+// Decode attention (flash-decoding, grouped-query): one query token per sequence.
+//   q, out [batch, q_heads, head_dim]; q_heads = kv_heads * group, group in {1, 2, 4, 8},
+//   head_dim in {64, 128, 256}. The length is `seq_len`, or read on the device from
+//   `seq_len_ptr` (an int) when set, with `seq_len` then an upper bound used for the grid.
+KernelSource attention_source(DType dtype, int head_dim, int group);
+inline constexpr const char* kAttentionPartialKernelName = "luminal_attention_partial";
+inline constexpr const char* kAttentionCombineKernelName = "luminal_attention_combine";
+struct DecodeAttentionArgs {
+  DType dtype = DType::BF16;
+  KvCacheLayout cache;
+  int q_heads = 0;
+  int seq_len = 0;
+  DevicePtr seq_len_ptr = 0;
+  DevicePtr q = 0, k = 0, v = 0, out = 0;
+  float scale = 0;  // 0: 1 / sqrt(head_dim)
+};
+// Bytes of fp32 workspace the launcher needs for `splits` chunks.
+size_t decode_attention_workspace_bytes(const DecodeAttentionArgs& args, int splits);
+int choose_attention_splits(const DecodeAttentionArgs& args, int sm_count);
+void launch_decode_attention(ModuleCache& cache, const DecodeAttentionArgs& args, DevicePtr workspace,
+                             size_t workspace_bytes, int splits, StreamHandle stream);
+
+// In-place scatter of new K/V rows ([batch, kv_heads, new_len, head_dim], contiguous) into
+// the caches at positions start.. (from `start_ptr` on the device when set). Positions at
+// or past the capacity are dropped, never written out of bounds.
+KernelSource kv_scatter_source(DType dtype);
+inline constexpr const char* kKvScatterKernelName = "luminal_kv_scatter";
+void launch_kv_scatter(ModuleCache& cache, DType dtype, const KvCacheLayout& layout, DevicePtr k_new, DevicePtr v_new,
+                       int new_len, DevicePtr k_cache, DevicePtr v_cache, int start, DevicePtr start_ptr,
+                       StreamHandle stream);
+
+// ---- uniform random fill in [-scale, scale), deterministic in (seed, index) ----
+KernelSource fill_source(DType dtype);
+inline constexpr const char* kFillKernelName = "luminal_fill";
+void fill_uniform(ModuleCache& cache, DType dtype, DevicePtr out, int64_t count, uint32_t seed, float scale,
+                  StreamHandle stream);
+
+// Every variant a build can launch, for ahead-of-time compilation and the NVRTC tests.
+std::vector<KernelSource> all_kernel_sources();
+
+}  // namespace luminal::cuda

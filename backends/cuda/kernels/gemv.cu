@@ -1,0 +1,118 @@
+// GEMV and skinny GEMM for 1..16 rows:
+//   y[m, n] = act(sum_k x[m, k] * w[n, k] + bias[n]) + residual[m, n]
+// x is [M, K], w is [N, K] (a linear layer's weight, row-major), y and residual [M, N].
+// Decode is bandwidth-bound on w, so every warp streams rows of w with 16-byte loads
+// (UNROLL of them in flight per lane, marked evict-first so they do not push x out of
+// L1), keeps MMAX x RPW fp32 accumulators in registers, and the KSPLIT warps that share
+// a row group split K (split-K inside the block), reduced through shared memory in a
+// fixed order so results are deterministic.
+namespace lk {
+
+constexpr int kGemvWarps = 8;
+
+template <class T, int MMAX, int RPW, int ACT, int UNROLL>
+__device__ __forceinline__ void gemv(const T* __restrict__ x, const T* __restrict__ w,
+                                     const T* __restrict__ bias, const T* __restrict__ residual,
+                                     T* __restrict__ y, int M, int N, int K, int ksplit, int vectorized) {
+  __shared__ float partial[kGemvWarps][MMAX * RPW];
+  const int warp = threadIdx.x >> 5;
+  const int lane = threadIdx.x & 31;
+  const int groups = kGemvWarps / ksplit;
+  const int group = warp / ksplit;
+  const int slice = warp % ksplit;
+  const long long n0 = ((long long)blockIdx.x * groups + group) * RPW;
+
+  float acc[MMAX][RPW];
+#pragma unroll
+  for (int m = 0; m < MMAX; ++m)
+#pragma unroll
+    for (int r = 0; r < RPW; ++r) acc[m][r] = 0.0f;
+
+  if (vectorized) {
+    constexpr int V = Pack<T>::N;
+    const int nvec = K / V;
+    const int per = (nvec + ksplit - 1) / ksplit;
+    const int begin = slice * per;
+    const int end = min(nvec, begin + per);
+    const uint4* wrow[RPW];
+#pragma unroll
+    for (int r = 0; r < RPW; ++r) {
+      const long long row = n0 + r < N ? n0 + r : N - 1;  // clamped rows load, never store
+      wrow[r] = reinterpret_cast<const uint4*>(w + row * K);
+    }
+    for (int v0 = begin + lane; v0 < end; v0 += 32 * UNROLL) {
+      uint4 wv[UNROLL][RPW];
+#pragma unroll
+      for (int u = 0; u < UNROLL; ++u) {
+        const int v = v0 + u * 32;
+#pragma unroll
+        for (int r = 0; r < RPW; ++r) wv[u][r] = v < end ? __ldcs(wrow[r] + v) : make_uint4(0, 0, 0, 0);
+      }
+#pragma unroll
+      for (int u = 0; u < UNROLL; ++u) {
+        const int v = v0 + u * 32;
+        if (v >= end) break;
+        float wf[RPW][V];
+#pragma unroll
+        for (int r = 0; r < RPW; ++r) Pack<T>::unpack(wv[u][r], wf[r]);
+#pragma unroll
+        for (int m = 0; m < MMAX; ++m) {
+          if (m >= M) break;
+          float xf[V];
+          Pack<T>::unpack(__ldg(reinterpret_cast<const uint4*>(x + (long long)m * K) + v), xf);
+#pragma unroll
+          for (int r = 0; r < RPW; ++r)
+#pragma unroll
+            for (int j = 0; j < V; ++j) acc[m][r] = fmaf(xf[j], wf[r][j], acc[m][r]);
+        }
+      }
+    }
+  } else {
+    // Any K and any alignment: one element per lane per step.
+    const int per = (K + ksplit - 1) / ksplit;
+    const int begin = slice * per;
+    const int end = min(K, begin + per);
+    for (int k = begin + lane; k < end; k += 32) {
+#pragma unroll
+      for (int r = 0; r < RPW; ++r) {
+        const long long row = n0 + r < N ? n0 + r : N - 1;
+        const float wk = to_float(w[row * K + k]);
+#pragma unroll
+        for (int m = 0; m < MMAX; ++m)
+          if (m < M) acc[m][r] = fmaf(to_float(x[(long long)m * K + k]), wk, acc[m][r]);
+      }
+    }
+  }
+
+#pragma unroll
+  for (int m = 0; m < MMAX; ++m)
+#pragma unroll
+    for (int r = 0; r < RPW; ++r) {
+      const float s = warp_sum(acc[m][r]);
+      if (lane == 0) partial[warp][m * RPW + r] = s;
+    }
+  __syncthreads();
+  // The first warp of each row group sums its slices in order and applies the epilogue.
+  if (slice == 0) {
+    for (int i = lane; i < M * RPW; i += 32) {
+      const int m = i / RPW;
+      const long long n = n0 + i % RPW;
+      if (n >= N) continue;
+      float sum = 0.0f;
+      for (int s = 0; s < ksplit; ++s) sum += partial[warp + s][i];
+      if (bias) sum += to_float(bias[n]);
+      sum = activate<ACT>(sum);
+      if (residual) sum += to_float(residual[(long long)m * N + n]);
+      y[(long long)m * N + n] = from_float<T>(sum);
+    }
+  }
+}
+
+}  // namespace lk
+
+#define LUMINAL_GEMV_ENTRY(NAME, T, MMAX, RPW, ACT, UNROLL)                                                   \
+  extern "C" __global__ void __launch_bounds__(lk::kGemvWarps * 32)                                   \
+      NAME(const T* x, const T* w, const T* bias, const T* residual, T* y, int M, int N, int K,        \
+           int ksplit, int vectorized) {                                                              \
+    lk::gemv<T, MMAX, RPW, ACT, UNROLL>(x, w, bias, residual, y, M, N, K, ksplit, vectorized);                \
+  }

@@ -1,0 +1,160 @@
+// Loading the CUDA libraries at run time: dlopen, then one dlsym per table row.
+#include "luminal_cuda/api.hpp"
+
+#include <dlfcn.h>
+
+#include <cstdlib>
+#include <string_view>
+#include <vector>
+
+#include "luminal/error.hpp"
+
+namespace luminal::cuda::api {
+namespace {
+
+// Candidate paths for a library: the plain soname first (ld.so.cache, LD_LIBRARY_PATH),
+// then the toolkit's own folders, for machines where the toolkit is not in the cache.
+std::vector<std::string> candidates(const char* soname) {
+  std::vector<std::string> paths{soname};
+  for (const char* var : {"CUDA_HOME", "CUDA_PATH", "CUDA_ROOT"}) {
+    if (const char* root = std::getenv(var); root && *root) {
+      paths.push_back(std::string(root) + "/lib64/" + soname);
+      paths.push_back(std::string(root) + "/lib/" + soname);
+    }
+  }
+  paths.push_back(std::string("/usr/local/cuda/lib64/") + soname);
+  paths.push_back(std::string("/usr/local/cuda/lib/") + soname);
+  return paths;
+}
+
+// `sonames` lists alternatives separated by '|', preferred first; the error names the first.
+void* open_library(const char* sonames, std::string& error) {
+  std::string first_error;
+  std::string_view rest = sonames;
+  while (!rest.empty()) {
+    const size_t bar = rest.find('|');
+    const std::string soname(rest.substr(0, bar));
+    rest = bar == std::string_view::npos ? std::string_view() : rest.substr(bar + 1);
+    for (const std::string& path : candidates(soname.c_str())) {
+      if (void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL)) return handle;
+      if (first_error.empty()) {
+        const char* why = dlerror();
+        first_error = why ? why : "unknown dlopen error";
+      }
+    }
+  }
+  const std::string_view all = sonames;
+  error = std::string(all.substr(0, all.find('|'))) + " not found (" + first_error + ")";
+  return nullptr;
+}
+
+// `symbols` lists alternatives separated by '|', newest first ("cuX_v2|cuX").
+template <class Fn>
+void load_symbol(void* handle, const char* symbols, Fn*& slot, std::string& error) {
+  std::string_view rest = symbols;
+  while (!slot && !rest.empty()) {
+    const size_t bar = rest.find('|');
+    const std::string name(rest.substr(0, bar));
+    slot = reinterpret_cast<Fn*>(dlsym(handle, name.c_str()));
+    rest = bar == std::string_view::npos ? std::string_view() : rest.substr(bar + 1);
+  }
+  if (!slot && error.empty()) error = std::string("symbol ") + symbols + " missing";
+}
+
+#define LUMINAL_CUDA_LOAD(name, symbol, signature) load_symbol(handle, symbol, table.name, table.error);
+
+DriverTable load_driver() {
+  DriverTable table;
+  void* handle = open_library("libcuda.so.1", table.error);
+  if (!handle) {
+    table.error = "no CUDA driver (" + table.error + ")";
+    return table;
+  }
+  LUMINAL_CUDA_DRIVER_FUNCTIONS(LUMINAL_CUDA_LOAD)
+  if (!table.error.empty()) table.error = "CUDA driver too old: " + table.error;
+  return table;
+}
+
+NvrtcTable load_nvrtc() {
+  NvrtcTable table;
+  // NVRTC 12 also compiles for sm_90, and its CUBINs run on newer drivers.
+  void* handle = open_library("libnvrtc.so.13|libnvrtc.so.12", table.error);
+  if (!handle) {
+    table.error = "no NVRTC (" + table.error + ")";
+    return table;
+  }
+  LUMINAL_CUDA_NVRTC_FUNCTIONS(LUMINAL_CUDA_LOAD)
+  return table;
+}
+
+CublasLtTable load_cublaslt() {
+  CublasLtTable table;
+  void* handle = open_library("libcublasLt.so.13", table.error);
+  if (!handle) {
+    table.error = "no cuBLASLt (" + table.error + ")";
+    return table;
+  }
+  LUMINAL_CUDA_CUBLASLT_FUNCTIONS(LUMINAL_CUDA_LOAD)
+  return table;
+}
+#undef LUMINAL_CUDA_LOAD
+
+}  // namespace
+
+// Function-local statics: loaded once, thread-safe, and never unloaded (a library's
+// destructors running after ours would be a use-after-unload).
+const DriverTable& driver_table() {
+  static const DriverTable table = load_driver();
+  return table;
+}
+const NvrtcTable& nvrtc_table() {
+  static const NvrtcTable table = load_nvrtc();
+  return table;
+}
+const CublasLtTable& cublaslt_table() {
+  static const CublasLtTable table = load_cublaslt();
+  return table;
+}
+
+const DriverTable& driver() {
+  const DriverTable& table = driver_table();
+  LUMINAL_CHECK(table.error.empty(), "CUDA backend unavailable: ", table.error);
+  return table;
+}
+const NvrtcTable& nvrtc() {
+  const NvrtcTable& table = nvrtc_table();
+  LUMINAL_CHECK(table.error.empty(), "CUDA backend cannot compile kernels: ", table.error);
+  return table;
+}
+const CublasLtTable& cublaslt() {
+  const CublasLtTable& table = cublaslt_table();
+  LUMINAL_CHECK(table.error.empty(), "cuBLASLt unavailable on this machine: ", table.error);
+  return table;
+}
+
+void check(CUresult result, const char* call) {
+  if (result == CUDA_SUCCESS) return;
+  const char* name = nullptr;
+  const char* text = nullptr;
+  const DriverTable& table = driver_table();
+  if (table.cuGetErrorName) table.cuGetErrorName(result, &name);
+  if (table.cuGetErrorString) table.cuGetErrorString(result, &text);
+  fail(call, " failed: ", name ? name : "CUresult", " ", result, " (", text ? text : "no description", ")");
+}
+
+void check_nvrtc(nvrtcResult result, const char* call) {
+  if (result == NVRTC_SUCCESS) return;
+  const NvrtcTable& table = nvrtc_table();
+  const char* text = table.nvrtcGetErrorString ? table.nvrtcGetErrorString(result) : nullptr;
+  fail(call, " failed: ", text ? text : "nvrtcResult", " (", result, ")");
+}
+
+void check_cublas(cublasStatus_t result, const char* call) {
+  if (result == CUBLAS_STATUS_SUCCESS) return;
+  const CublasLtTable& table = cublaslt_table();
+  const char* name = table.cublasLtGetStatusName ? table.cublasLtGetStatusName(result) : nullptr;
+  const char* text = table.cublasLtGetStatusString ? table.cublasLtGetStatusString(result) : nullptr;
+  fail(call, " failed: ", name ? name : "cublasStatus_t", " ", result, " (", text ? text : "no description", ")");
+}
+
+}  // namespace luminal::cuda::api

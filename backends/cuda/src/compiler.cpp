@@ -1,0 +1,218 @@
+#include "luminal_cuda/compiler.hpp"
+
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <fstream>
+#include <sstream>
+#include <thread>
+#include <unistd.h>
+
+#include "luminal/error.hpp"
+
+namespace luminal::cuda {
+namespace fs = std::filesystem;
+
+fs::path default_cache_dir() {
+  if (const char* dir = std::getenv("LUMINAL_CACHE_DIR"); dir && *dir) return fs::path(dir) / "cuda";
+  if (const char* home = std::getenv("HOME"); home && *home) return fs::path(home) / ".cache" / "luminal" / "cuda";
+  return {};
+}
+
+namespace {
+
+// FNV-1a over 64 bits from two different offset bases: a 128-bit key whose collision
+// chance is negligible for a kernel cache, with no dependency.
+uint64_t fnv1a(const std::string& text, uint64_t hash) {
+  for (unsigned char c : text) {
+    hash ^= c;
+    hash *= 0x100000001b3ull;
+  }
+  return hash;
+}
+
+std::string nvrtc_version() {
+  int major = 0, minor = 0;
+  LUMINAL_NVRTC(nvrtcVersion, &major, &minor);
+  return std::to_string(major) + "." + std::to_string(minor);
+}
+
+// NVRTC ships cuda_fp16.h/cuda_bf16.h in recent versions, but older ones need the
+// toolkit's include folder; adding it when it exists is harmless either way.
+std::vector<std::string> include_options() {
+  std::vector<std::string> options;
+  for (const char* var : {"CUDA_HOME", "CUDA_PATH", "CUDA_ROOT"}) {
+    if (const char* root = std::getenv(var); root && *root && fs::exists(fs::path(root) / "include" / "cuda_bf16.h"))
+      options.push_back("-I" + (fs::path(root) / "include").string());
+  }
+  if (fs::exists("/usr/local/cuda/include/cuda_bf16.h")) options.push_back("-I/usr/local/cuda/include");
+  return options;
+}
+
+std::vector<std::string> full_options(const KernelSource& source, const std::string& arch) {
+  std::vector<std::string> options{"--gpu-architecture=" + arch, "-std=c++17"};
+  for (const std::string& o : include_options()) options.push_back(o);
+  for (const std::string& o : source.options) options.push_back(o);
+  return options;
+}
+
+std::string join(const std::vector<std::string>& parts) {
+  std::string out;
+  for (const std::string& p : parts) out += (out.empty() ? "" : " ") + p;
+  return out;
+}
+
+}  // namespace
+
+std::string cache_key(const KernelSource& source, const std::string& arch) {
+  std::string text = source.code;
+  text += '\0' + arch + '\0' + nvrtc_version();
+  for (const std::string& o : source.options) text += '\0' + o;
+  char hex[33];
+  std::snprintf(hex, sizeof(hex), "%016llx%016llx",
+                static_cast<unsigned long long>(fnv1a(text, 0xcbf29ce484222325ull)),
+                static_cast<unsigned long long>(fnv1a(text, 0x84222325cbf29ce4ull)));
+  return hex;
+}
+
+std::string compile_cubin(const KernelSource& source, const std::string& arch) {
+  const api::NvrtcTable& nvrtc = api::nvrtc();
+  const std::vector<std::string> options = full_options(source, arch);
+  std::vector<const char*> option_ptrs;
+  for (const std::string& o : options) option_ptrs.push_back(o.c_str());
+
+  api::nvrtcProgram program = nullptr;
+  const std::string file_name = source.name + ".cu";
+  LUMINAL_NVRTC(nvrtcCreateProgram, &program, source.code.c_str(), file_name.c_str(), 0, nullptr, nullptr);
+  struct Destroy {
+    api::nvrtcProgram* p;
+    ~Destroy() { api::nvrtc_table().nvrtcDestroyProgram(p); }
+  } destroy{&program};
+
+  const api::nvrtcResult result =
+      nvrtc.nvrtcCompileProgram(program, static_cast<int>(option_ptrs.size()), option_ptrs.data());
+  if (result != api::NVRTC_SUCCESS) {
+    size_t log_size = 0;
+    std::string log;
+    if (nvrtc.nvrtcGetProgramLogSize(program, &log_size) == api::NVRTC_SUCCESS && log_size > 1) {
+      log.resize(log_size);
+      nvrtc.nvrtcGetProgramLog(program, log.data());
+      log.resize(log_size - 1);
+    }
+    fail("NVRTC could not compile kernel '", source.name, "' for ", arch, ": ", nvrtc.nvrtcGetErrorString(result),
+         "\noptions: ", join(options), "\nlog:\n", log);
+  }
+  size_t size = 0;
+  LUMINAL_NVRTC(nvrtcGetCUBINSize, program, &size);
+  std::string cubin(size, '\0');
+  LUMINAL_NVRTC(nvrtcGetCUBIN, program, cubin.data());
+  return cubin;
+}
+
+ModuleCache::ModuleCache(std::string arch, fs::path disk_dir) : arch_(std::move(arch)), disk_dir_(std::move(disk_dir)) {
+  LUMINAL_CHECK(arch_.rfind("sm_", 0) == 0, "CUDA arch must look like sm_90, got '", arch_, "'");
+}
+
+ModuleCache::~ModuleCache() {
+  // Modules belong to a context that may already be gone at exit; unloading is best effort.
+  if (api::driver_table().error.empty())
+    for (auto& [key, module] : modules_) api::driver_table().cuModuleUnload(module);
+}
+
+std::shared_ptr<const std::string> ModuleCache::cubin(const KernelSource& source) {
+  const std::string key = cache_key(source, arch_);
+  {
+    std::lock_guard lock(mutex_);
+    if (auto it = cubins_.find(key); it != cubins_.end()) {
+      ++stats_.memory_hits;
+      return it->second;
+    }
+  }
+  const std::string header = "luminal-cubin-v1 " + key + "\n";
+  const fs::path file = disk_dir_.empty() ? fs::path() : disk_dir_ / (key + ".cubin");
+  std::shared_ptr<const std::string> result;
+  bool from_disk = false;
+  if (!file.empty()) {
+    std::ifstream in(file, std::ios::binary);
+    if (in) {
+      std::stringstream contents;
+      contents << in.rdbuf();
+      std::string data = contents.str();
+      // A truncated or foreign file is ignored and rewritten, never trusted.
+      if (data.size() > header.size() && data.compare(0, header.size(), header) == 0) {
+        result = std::make_shared<const std::string>(data.substr(header.size()));
+        from_disk = true;
+      }
+    }
+  }
+  if (!result) {
+    result = std::make_shared<const std::string>(compile_cubin(source, arch_));
+    if (!file.empty()) {
+      // Write to a unique temporary name and rename: concurrent processes never see a
+      // half-written file. A cache that cannot be written is not an error.
+      std::error_code ec;
+      fs::create_directories(disk_dir_, ec);
+      const fs::path tmp = disk_dir_ / (key + ".tmp." + std::to_string(::getpid()) + "." +
+                                        std::to_string(std::hash<std::thread::id>{}(std::this_thread::get_id())));
+      {
+        std::ofstream out(tmp, std::ios::binary);
+        out << header << *result;
+      }
+      fs::rename(tmp, file, ec);
+      if (ec) fs::remove(tmp, ec);
+    }
+  }
+  std::lock_guard lock(mutex_);
+  ++(from_disk ? stats_.disk_hits : stats_.compiled);
+  return cubins_.emplace(key, result).first->second;
+}
+
+std::vector<std::shared_ptr<const std::string>> ModuleCache::cubins(const std::vector<KernelSource>& sources,
+                                                                    unsigned threads) {
+  std::vector<std::shared_ptr<const std::string>> results(sources.size());
+  std::vector<std::exception_ptr> errors(sources.size());
+  if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
+  threads = std::min<unsigned>(threads, static_cast<unsigned>(sources.size()));
+  std::atomic<size_t> next{0};
+  auto worker = [&] {
+    for (size_t i = next++; i < sources.size(); i = next++) {
+      try {
+        results[i] = cubin(sources[i]);
+      } catch (...) {
+        errors[i] = std::current_exception();
+      }
+    }
+  };
+  std::vector<std::thread> pool;
+  for (unsigned t = 1; t < threads; ++t) pool.emplace_back(worker);
+  worker();
+  for (std::thread& t : pool) t.join();
+  for (const std::exception_ptr& e : errors)
+    if (e) std::rethrow_exception(e);
+  return results;
+}
+
+api::CUfunction ModuleCache::function(const KernelSource& source, const std::string& kernel_name) {
+  const std::string key = cache_key(source, arch_);
+  {
+    std::lock_guard lock(mutex_);
+    if (auto it = functions_.find({key, kernel_name}); it != functions_.end()) return it->second;
+  }
+  std::shared_ptr<const std::string> image = cubin(source);
+  std::lock_guard lock(mutex_);
+  api::CUmodule& module = modules_[key];
+  if (!module) LUMINAL_CU(cuModuleLoadData, &module, image->data());
+  api::CUfunction fn = nullptr;
+  const api::CUresult r = api::driver().cuModuleGetFunction(&fn, module, kernel_name.c_str());
+  LUMINAL_CHECK(r == api::CUDA_SUCCESS, "kernel '", kernel_name, "' not found in compiled source '", source.name, "'");
+  functions_[{key, kernel_name}] = fn;
+  return fn;
+}
+
+ModuleCache::Stats ModuleCache::stats() const {
+  std::lock_guard lock(mutex_);
+  return stats_;
+}
+
+}  // namespace luminal::cuda

@@ -1,0 +1,190 @@
+#include "luminal_cuda/device.hpp"
+
+#include <algorithm>
+#include <exception>
+#include <utility>
+
+#include "luminal/error.hpp"
+
+namespace luminal::cuda {
+
+namespace {
+Availability probe() {
+  const api::DriverTable& table = api::driver_table();
+  if (!table.error.empty()) return {false, table.error};
+  const api::CUresult init = table.cuInit(0);
+  if (init == api::CUDA_ERROR_NO_DEVICE) return {false, "no GPU device (cuInit: CUDA_ERROR_NO_DEVICE)"};
+  if (init != api::CUDA_SUCCESS) {
+    try {
+      api::check(init, "cuInit");
+    } catch (const Error& e) {
+      return {false, std::string("CUDA driver present but unusable: ") + e.what()};
+    }
+  }
+  int count = 0;
+  if (table.cuDeviceGetCount(&count) != api::CUDA_SUCCESS || count == 0) return {false, "no GPU device"};
+  try {
+    api::CUdevice dev = 0;
+    LUMINAL_CU(cuDeviceGet, &dev, 0);
+    char name[256] = {};
+    LUMINAL_CU(cuDeviceGetName, name, static_cast<int>(sizeof(name) - 1), dev);
+    int major = 0, minor = 0, sms = 0;
+    LUMINAL_CU(cuDeviceGetAttribute, &major, api::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev);
+    LUMINAL_CU(cuDeviceGetAttribute, &minor, api::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev);
+    LUMINAL_CU(cuDeviceGetAttribute, &sms, api::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev);
+    return {true, detail::concat(name, " (sm_", major, minor, ", ", sms, " SMs, ", count, " device",
+                                 count == 1 ? "" : "s", ")")};
+  } catch (const Error& e) {
+    return {false, e.what()};
+  }
+}
+}  // namespace
+
+const Availability& available() {
+  static const Availability status = probe();
+  return status;
+}
+
+Context::Context(int ordinal) {
+  const Availability& status = available();
+  LUMINAL_CHECK(status.ok, "CUDA backend unavailable: ", status.message);
+  int count = 0;
+  LUMINAL_CU(cuDeviceGetCount, &count);
+  LUMINAL_CHECK(ordinal >= 0 && ordinal < count, "CUDA device ", ordinal, " does not exist (", count, " present)");
+  LUMINAL_CU(cuDeviceGet, &device_, ordinal);
+  LUMINAL_CU(cuDevicePrimaryCtxRetain, &context_, device_);
+  LUMINAL_CU(cuCtxSetCurrent, context_);
+  info_.ordinal = ordinal;
+  char name[256] = {};
+  LUMINAL_CU(cuDeviceGetName, name, static_cast<int>(sizeof(name) - 1), device_);
+  info_.name = name;
+  LUMINAL_CU(cuDeviceGetAttribute, &info_.cc_major, api::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, device_);
+  LUMINAL_CU(cuDeviceGetAttribute, &info_.cc_minor, api::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, device_);
+  LUMINAL_CU(cuDeviceGetAttribute, &info_.sm_count, api::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, device_);
+  LUMINAL_CU(cuDeviceGetAttribute, &info_.l2_bytes, api::CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE, device_);
+  LUMINAL_CU(cuDeviceGetAttribute, &info_.max_shared_per_block_optin,
+             api::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, device_);
+  LUMINAL_CU(cuDeviceTotalMem, &info_.total_memory, device_);
+}
+
+Context::~Context() {
+  if (context_) api::driver_table().cuDevicePrimaryCtxRelease(device_);
+}
+
+void Context::make_current() const { LUMINAL_CU(cuCtxSetCurrent, context_); }
+void Context::synchronize() const { LUMINAL_CU(cuCtxSynchronize); }
+
+Stream::Stream() { LUMINAL_CU(cuStreamCreate, &stream_, api::CU_STREAM_NON_BLOCKING); }
+Stream::~Stream() {
+  if (stream_) api::driver_table().cuStreamDestroy(stream_);
+}
+void Stream::synchronize() const { LUMINAL_CU(cuStreamSynchronize, stream_); }
+
+DeviceBuffer::DeviceBuffer(size_t bytes) : bytes_(bytes) {
+  // A zero-byte buffer is legal and has a null pointer.
+  if (bytes > 0) LUMINAL_CU(cuMemAlloc, &ptr_, bytes);
+}
+DeviceBuffer::~DeviceBuffer() { release(); }
+DeviceBuffer::DeviceBuffer(DeviceBuffer&& other) noexcept
+    : ptr_(std::exchange(other.ptr_, 0)), bytes_(std::exchange(other.bytes_, 0)) {}
+DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& other) noexcept {
+  if (this != &other) {
+    release();
+    ptr_ = std::exchange(other.ptr_, 0);
+    bytes_ = std::exchange(other.bytes_, 0);
+  }
+  return *this;
+}
+void DeviceBuffer::release() noexcept {
+  if (ptr_) api::driver_table().cuMemFree(ptr_);
+  ptr_ = 0;
+  bytes_ = 0;
+}
+
+void DeviceBuffer::upload(const void* host, size_t bytes, StreamHandle stream, size_t offset) {
+  LUMINAL_CHECK(offset + bytes <= bytes_, "upload of ", bytes, " bytes at offset ", offset,
+                " overflows a device buffer of ", bytes_, " bytes");
+  if (bytes == 0) return;
+  LUMINAL_CU(cuMemcpyHtoDAsync, ptr_ + offset, host, bytes, stream);
+  LUMINAL_CU(cuStreamSynchronize, stream);
+}
+void DeviceBuffer::download(void* host, size_t bytes, StreamHandle stream, size_t offset) const {
+  LUMINAL_CHECK(offset + bytes <= bytes_, "download of ", bytes, " bytes at offset ", offset,
+                " overflows a device buffer of ", bytes_, " bytes");
+  if (bytes == 0) return;
+  LUMINAL_CU(cuMemcpyDtoHAsync, host, ptr_ + offset, bytes, stream);
+  LUMINAL_CU(cuStreamSynchronize, stream);
+}
+void DeviceBuffer::zero(StreamHandle stream) {
+  if (bytes_ > 0) LUMINAL_CU(cuMemsetD8Async, ptr_, 0, bytes_, stream);
+}
+
+void copy_device_to_device(DevicePtr dst, DevicePtr src, size_t bytes, StreamHandle stream) {
+  if (bytes > 0) LUMINAL_CU(cuMemcpyDtoDAsync, dst, src, bytes, stream);
+}
+
+Event::Event() { LUMINAL_CU(cuEventCreate, &event_, api::CU_EVENT_DEFAULT); }
+Event::~Event() {
+  if (event_) api::driver_table().cuEventDestroy(event_);
+}
+void Event::record(StreamHandle stream) { LUMINAL_CU(cuEventRecord, event_, stream); }
+void Event::synchronize() const { LUMINAL_CU(cuEventSynchronize, event_); }
+float Event::elapsed_ms(const Event& start, const Event& end) {
+  float ms = 0;
+  LUMINAL_CU(cuEventElapsedTime, &ms, start.event_, end.event_);
+  return ms;
+}
+
+Graph::Graph(StreamHandle stream, const std::function<void()>& enqueue) {
+  LUMINAL_CU(cuStreamBeginCapture, stream, api::CU_STREAM_CAPTURE_MODE_RELAXED);
+  try {
+    enqueue();
+  } catch (...) {
+    // End the capture so the stream stays usable, then report the original error.
+    api::CUgraph broken = nullptr;
+    api::driver_table().cuStreamEndCapture(stream, &broken);
+    if (broken) api::driver_table().cuGraphDestroy(broken);
+    throw;
+  }
+  LUMINAL_CU(cuStreamEndCapture, stream, &graph_);
+  LUMINAL_CU(cuGraphInstantiateWithFlags, &exec_, graph_, 0ull);
+}
+Graph::~Graph() {
+  if (exec_) api::driver_table().cuGraphExecDestroy(exec_);
+  if (graph_) api::driver_table().cuGraphDestroy(graph_);
+}
+void Graph::launch(StreamHandle stream) const { LUMINAL_CU(cuGraphLaunch, exec_, stream); }
+
+double time_ms(StreamHandle stream, const std::function<void()>& enqueue, int repetitions, int samples,
+               bool use_graph, int warmup) {
+  LUMINAL_CHECK(repetitions > 0 && samples > 0, "time_ms: repetitions and samples must be positive");
+  auto run_all = [&] {
+    for (int i = 0; i < repetitions; ++i) enqueue();
+  };
+  std::vector<double> times;
+  Event start, end;
+  if (use_graph) {
+    Graph graph(stream, run_all);
+    for (int i = 0; i < warmup; ++i) graph.launch(stream);
+    for (int s = 0; s < samples; ++s) {
+      start.record(stream);
+      graph.launch(stream);
+      end.record(stream);
+      end.synchronize();
+      times.push_back(Event::elapsed_ms(start, end) / repetitions);
+    }
+  } else {
+    for (int i = 0; i < warmup; ++i) run_all();
+    for (int s = 0; s < samples; ++s) {
+      start.record(stream);
+      run_all();
+      end.record(stream);
+      end.synchronize();
+      times.push_back(Event::elapsed_ms(start, end) / repetitions);
+    }
+  }
+  std::nth_element(times.begin(), times.begin() + times.size() / 2, times.end());
+  return times[times.size() / 2];
+}
+
+}  // namespace luminal::cuda

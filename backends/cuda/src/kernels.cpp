@@ -1,0 +1,319 @@
+#include "luminal_cuda/kernels.hpp"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <initializer_list>
+
+#include "embedded_kernels.hpp"
+#include "luminal/error.hpp"
+
+namespace luminal::cuda {
+
+const char* activation_name(Activation a) {
+  switch (a) {
+    case Activation::None: return "none";
+    case Activation::Relu: return "relu";
+    case Activation::Silu: return "silu";
+    case Activation::GeluTanh: return "gelu_tanh";
+  }
+  return "?";
+}
+
+const char* kernel_type_name(DType dtype) {
+  LUMINAL_CHECK(dtype == DType::F32 || dtype == DType::F16 || dtype == DType::BF16,
+                "CUDA kernels take F32, F16 or BF16, not ", dtype_name(dtype));
+  return dtype_c_name(dtype).data();
+}
+
+namespace {
+
+// common.cuh + one family + its entry lines: one translation unit per variant, so the
+// source text (the cache key) names exactly what is compiled.
+KernelSource assemble(std::string name, const char* family, const std::string& entries) {
+  KernelSource source;
+  source.name = std::move(name);
+  source.code = std::string(embedded::kCommonCuh) + "\n" + family + "\n" + entries + "\n";
+  return source;
+}
+
+std::string lower(std::string_view s) {
+  std::string out(s);
+  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
+int gemv_row_capacity(int M) {
+  LUMINAL_CHECK(M >= 1 && M <= kGemvMaxRows, "GEMV takes 1..", kGemvMaxRows, " rows, got ", M);
+  int cap = 1;
+  while (cap < M) cap *= 2;
+  return cap;
+}
+
+void launch(api::CUfunction fn, unsigned grid_x, unsigned grid_y, unsigned block, unsigned shared_bytes,
+            StreamHandle stream, void** params) {
+  LUMINAL_CU(cuLaunchKernel, fn, grid_x, grid_y, 1u, block, 1u, 1u, shared_bytes, stream, params, nullptr);
+}
+
+}  // namespace
+
+// ---- GEMV ----
+
+GemvConfig choose_gemv_config(int M, int N, int K, int sm_count) {
+  GemvConfig config;
+  // Two outputs per warp halve the x loads per weight load once several rows share them.
+  config.rows_per_warp = M > 2 && N >= 2 ? 2 : 1;
+  config.unroll = 4;
+  // Split K across the warps of a block until there are enough warps to keep every SM's
+  // memory pipes busy (about 2 blocks x 8 warps per SM in flight), but never below 4
+  // 16-byte loads per lane per warp.
+  const int vectors = std::max(1, K / 8);
+  const long long warps_wanted = 16LL * std::max(1, sm_count);
+  config.ksplit = 1;
+  while (config.ksplit < 8 && (static_cast<long long>(N) / config.rows_per_warp) * config.ksplit < warps_wanted &&
+         vectors / (config.ksplit * 2) >= 32 * 4)
+    config.ksplit *= 2;
+  return config;
+}
+
+KernelSource gemv_source(DType dtype, int m_max, int rows_per_warp, Activation act, int unroll) {
+  LUMINAL_CHECK(m_max == 1 || m_max == 2 || m_max == 4 || m_max == 8 || m_max == 16,
+                "GEMV row capacity must be 1, 2, 4, 8 or 16, got ", m_max);
+  LUMINAL_CHECK(rows_per_warp == 1 || rows_per_warp == 2 || rows_per_warp == 4, "GEMV rows per warp must be 1, 2 or 4, got ",
+                rows_per_warp);
+  LUMINAL_CHECK(unroll == 2 || unroll == 4 || unroll == 8, "GEMV unroll must be 2, 4 or 8, got ", unroll);
+  const std::string entry = detail::concat("LUMINAL_GEMV_ENTRY(", kGemvKernelName, ", ", kernel_type_name(dtype), ", ",
+                                           m_max, ", ", rows_per_warp, ", ", static_cast<int>(act), ", ", unroll, ")");
+  return assemble(detail::concat("gemv_", lower(dtype_name(dtype)), "_m", m_max, "_r", rows_per_warp, "_u", unroll, "_",
+                                 activation_name(act)),
+                  embedded::kGemvCu, entry);
+}
+
+void launch_gemv(ModuleCache& cache, const GemvArgs& a, StreamHandle stream, int sm_count, GemvConfig config) {
+  LUMINAL_CHECK(a.N > 0 && a.K > 0, "GEMV needs positive N and K, got N=", a.N, " K=", a.K);
+  LUMINAL_CHECK(a.x && a.w && a.y, "GEMV needs x, w and y device pointers");
+  const int capacity = gemv_row_capacity(a.M);
+  const GemvConfig chosen = choose_gemv_config(a.M, a.N, a.K, sm_count);
+  if (config.ksplit == 0) config.ksplit = chosen.ksplit;
+  if (config.rows_per_warp == 0) config.rows_per_warp = chosen.rows_per_warp;
+  if (config.unroll == 0) config.unroll = chosen.unroll;
+  LUMINAL_CHECK(config.ksplit == 1 || config.ksplit == 2 || config.ksplit == 4 || config.ksplit == 8,
+                "GEMV ksplit must be 1, 2, 4 or 8, got ", config.ksplit);
+  const int elements_per_vector = 16 / static_cast<int>(dtype_bytes(a.dtype));
+  // 16-byte loads need every row of x and w to start on a 16-byte boundary.
+  int vectorized = a.K % elements_per_vector == 0 && a.x % 16 == 0 && a.w % 16 == 0;
+  api::CUfunction fn =
+      cache.function(gemv_source(a.dtype, capacity, config.rows_per_warp, a.act, config.unroll), kGemvKernelName);
+  const int rows_per_block = (8 / config.ksplit) * config.rows_per_warp;
+  const unsigned blocks = static_cast<unsigned>((a.N + rows_per_block - 1) / rows_per_block);
+  DevicePtr x = a.x, w = a.w, bias = a.bias, residual = a.residual, y = a.y;
+  int M = a.M, N = a.N, K = a.K, ksplit = config.ksplit;
+  void* params[] = {&x, &w, &bias, &residual, &y, &M, &N, &K, &ksplit, &vectorized};
+  launch(fn, blocks, 1, 256, 0, stream, params);
+}
+
+// ---- rows ----
+
+KernelSource rows_source(DType dtype) {
+  const char* t = kernel_type_name(dtype);
+  return assemble(detail::concat("rows_", lower(dtype_name(dtype))), embedded::kRowsCu,
+                  detail::concat("LUMINAL_RMSNORM_ENTRY(", kRmsNormKernelName, ", ", t, ")\n",
+                                 "LUMINAL_SOFTMAX_ENTRY(", kSoftmaxKernelName, ", ", t, ")"));
+}
+
+namespace {
+// Threads per row: enough for one 16-byte vector each up to 256 (a row is a few KB).
+unsigned row_threads(int cols, int per_vector) {
+  const int vectors = (cols + per_vector - 1) / per_vector;
+  return static_cast<unsigned>(std::clamp((vectors + 31) / 32 * 32, 32, 256));
+}
+int row_vectorized(DType dtype, int cols, std::initializer_list<DevicePtr> ptrs) {
+  const int per_vector = 16 / static_cast<int>(dtype_bytes(dtype));
+  if (cols % per_vector) return 0;
+  for (DevicePtr p : ptrs)
+    if (p % 16) return 0;
+  return 1;
+}
+}  // namespace
+
+void launch_rmsnorm(ModuleCache& cache, DType dtype, DevicePtr x, DevicePtr weight, DevicePtr y, int rows, int cols,
+                    float eps, StreamHandle stream) {
+  LUMINAL_CHECK(rows >= 0 && cols > 0, "RMSNorm needs positive cols, got rows=", rows, " cols=", cols);
+  if (rows == 0) return;
+  api::CUfunction fn = cache.function(rows_source(dtype), kRmsNormKernelName);
+  int vectorized = row_vectorized(dtype, cols, {x, y, weight});
+  void* params[] = {&x, &weight, &y, &cols, &eps, &vectorized};
+  launch(fn, static_cast<unsigned>(rows), 1, row_threads(cols, 16 / static_cast<int>(dtype_bytes(dtype))), 0, stream,
+         params);
+}
+
+void launch_softmax(ModuleCache& cache, DType dtype, DevicePtr x, DevicePtr y, int rows, int cols, StreamHandle stream) {
+  LUMINAL_CHECK(rows >= 0 && cols > 0, "softmax needs positive cols, got rows=", rows, " cols=", cols);
+  if (rows == 0) return;
+  api::CUfunction fn = cache.function(rows_source(dtype), kSoftmaxKernelName);
+  int vectorized = row_vectorized(dtype, cols, {x, y});
+  void* params[] = {&x, &y, &cols, &vectorized};
+  launch(fn, static_cast<unsigned>(rows), 1, row_threads(cols, 16 / static_cast<int>(dtype_bytes(dtype))), 0, stream,
+         params);
+}
+
+// ---- KV cache ----
+
+KvCacheLayout KvCacheLayout::packed() const {
+  KvCacheLayout l = *this;
+  if (!l.stride_p) l.stride_p = l.head_dim;
+  if (!l.stride_h) l.stride_h = int64_t(l.capacity) * l.stride_p;
+  if (!l.stride_b) l.stride_b = int64_t(l.kv_heads) * l.stride_h;
+  return l;
+}
+
+namespace {
+void check_cache(const KvCacheLayout& l) {
+  LUMINAL_CHECK(l.batch > 0 && l.kv_heads > 0 && l.capacity > 0 && l.head_dim > 0, "KV cache needs positive sizes, got batch=",
+                l.batch, " kv_heads=", l.kv_heads, " capacity=", l.capacity, " head_dim=", l.head_dim);
+}
+constexpr int kAttentionWarps = 4;
+}  // namespace
+
+KernelSource attention_source(DType dtype, int head_dim, int group) {
+  LUMINAL_CHECK(head_dim == 64 || head_dim == 128 || head_dim == 256, "decode attention takes head_dim 64, 128 or 256, got ",
+                head_dim);
+  LUMINAL_CHECK(group == 1 || group == 2 || group == 4 || group == 8,
+                "decode attention takes 1, 2, 4 or 8 query heads per kv head, got ", group);
+  return assemble(detail::concat("attention_", lower(dtype_name(dtype)), "_d", head_dim, "_g", group),
+                  embedded::kAttentionCu,
+                  detail::concat("LUMINAL_ATTENTION_ENTRY(", kAttentionPartialKernelName, ", ",
+                                 kAttentionCombineKernelName, ", ", kernel_type_name(dtype), ", ", head_dim, ", ", group,
+                                 ")"));
+}
+
+size_t decode_attention_workspace_bytes(const DecodeAttentionArgs& a, int splits) {
+  return size_t(a.cache.batch) * a.q_heads * splits * (a.cache.head_dim + 2) * sizeof(float);
+}
+
+int choose_attention_splits(const DecodeAttentionArgs& a, int sm_count) {
+  // About two blocks per SM, but at least 32 positions per chunk (one per warp-step).
+  const int blocks = std::max(1, a.cache.batch * a.cache.kv_heads);
+  const int wanted = std::max(1, (2 * std::max(1, sm_count) + blocks - 1) / blocks);
+  const int most = std::max(1, (std::max(1, a.seq_len) + 31) / 32);
+  return std::min(wanted, most);
+}
+
+void launch_decode_attention(ModuleCache& cache, const DecodeAttentionArgs& a, DevicePtr workspace,
+                             size_t workspace_bytes, int splits, StreamHandle stream) {
+  check_cache(a.cache);
+  const KvCacheLayout l = a.cache.packed();
+  LUMINAL_CHECK(a.q_heads > 0 && a.q_heads % l.kv_heads == 0, "decode attention: ", a.q_heads,
+                " query heads are not a multiple of ", l.kv_heads, " kv heads");
+  LUMINAL_CHECK(a.seq_len >= 0 && a.seq_len <= l.capacity, "decode attention: length ", a.seq_len,
+                " outside the cache capacity ", l.capacity);
+  LUMINAL_CHECK(splits >= 1, "decode attention needs at least one split");
+  LUMINAL_CHECK(workspace_bytes >= decode_attention_workspace_bytes(a, splits), "decode attention workspace of ",
+                workspace_bytes, " bytes is below the ", decode_attention_workspace_bytes(a, splits), " needed");
+  LUMINAL_CHECK(a.q && a.k && a.v && a.out && workspace, "decode attention needs q, k, v, out and workspace pointers");
+  const int group = a.q_heads / l.kv_heads;
+  const KernelSource source = attention_source(a.dtype, l.head_dim, group);
+  api::CUfunction partial = cache.function(source, kAttentionPartialKernelName);
+  api::CUfunction combine = cache.function(source, kAttentionCombineKernelName);
+  DevicePtr q = a.q, k = a.k, v = a.v, out = a.out, seq_ptr = a.seq_len_ptr;
+  DevicePtr partial_o = workspace;
+  DevicePtr partial_stats = workspace + size_t(l.batch) * a.q_heads * splits * l.head_dim * sizeof(float);
+  int kv_heads = l.kv_heads, seq_len = a.seq_len, q_heads = a.q_heads, n_splits = splits;
+  // Chunks cover the bound (seq_len) so a device-side length up to it is fully served.
+  int chunk = (std::max(1, a.seq_len) + splits - 1) / splits;
+  long long sb = l.stride_b, sh = l.stride_h, sp = l.stride_p;
+  float scale = a.scale != 0 ? a.scale : 1.0f / std::sqrt(static_cast<float>(l.head_dim));
+  void* partial_params[] = {&q, &k, &v, &partial_o, &partial_stats, &kv_heads, &seq_len, &seq_ptr, &chunk, &sb, &sh, &sp,
+                            &scale};
+  LUMINAL_CU(cuLaunchKernel, partial, static_cast<unsigned>(l.kv_heads), static_cast<unsigned>(splits),
+             static_cast<unsigned>(l.batch), static_cast<unsigned>(kAttentionWarps * 32), 1u, 1u, 0u, stream,
+             partial_params, nullptr);
+  void* combine_params[] = {&partial_o, &partial_stats, &out, &q_heads, &n_splits};
+  LUMINAL_CU(cuLaunchKernel, combine, static_cast<unsigned>(a.q_heads), static_cast<unsigned>(l.batch), 1u,
+             static_cast<unsigned>(l.head_dim), 1u, 1u, 0u, stream, combine_params, nullptr);
+}
+
+KernelSource kv_scatter_source(DType dtype) {
+  return assemble(detail::concat("kv_scatter_", lower(dtype_name(dtype))), embedded::kKvScatterCu,
+                  detail::concat("LUMINAL_KV_SCATTER_ENTRY(", kKvScatterKernelName, ", ", kernel_type_name(dtype), ")"));
+}
+
+void launch_kv_scatter(ModuleCache& cache, DType dtype, const KvCacheLayout& layout, DevicePtr k_new, DevicePtr v_new,
+                       int new_len, DevicePtr k_cache, DevicePtr v_cache, int start, DevicePtr start_ptr,
+                       StreamHandle stream) {
+  check_cache(layout);
+  LUMINAL_CHECK(new_len >= 0, "KV scatter: negative row count ", new_len);
+  if (new_len == 0) return;
+  LUMINAL_CHECK(k_new && v_new && k_cache && v_cache, "KV scatter needs source and cache pointers");
+  const KvCacheLayout l = layout.packed();
+  api::CUfunction fn = cache.function(kv_scatter_source(dtype), kKvScatterKernelName);
+  const int per_vector = 16 / static_cast<int>(dtype_bytes(dtype));
+  const int64_t elem = static_cast<int64_t>(dtype_bytes(dtype));
+  int vectorized = l.head_dim % per_vector == 0 && k_new % 16 == 0 && v_new % 16 == 0 && k_cache % 16 == 0 &&
+                   v_cache % 16 == 0 && (l.stride_b * elem) % 16 == 0 && (l.stride_h * elem) % 16 == 0 &&
+                   (l.stride_p * elem) % 16 == 0;
+  const int64_t work = int64_t(l.kv_heads) * new_len * (l.head_dim / (vectorized ? per_vector : 1));
+  const unsigned blocks = static_cast<unsigned>(std::clamp<int64_t>((work + 255) / 256, 1, 4096));
+  int kv_heads = l.kv_heads, head_dim = l.head_dim, capacity = l.capacity;
+  long long sb = l.stride_b, sh = l.stride_h, sp = l.stride_p;
+  void* params[] = {&k_new, &v_new, &k_cache, &v_cache, &kv_heads, &new_len, &head_dim, &start, &start_ptr, &capacity,
+                    &sb, &sh, &sp, &vectorized};
+  LUMINAL_CU(cuLaunchKernel, fn, blocks, static_cast<unsigned>(l.batch), 1u, 256u, 1u, 1u, 0u, stream, params, nullptr);
+}
+
+// ---- fill ----
+
+KernelSource fill_source(DType dtype) {
+  return assemble(detail::concat("fill_", lower(dtype_name(dtype))), embedded::kFillCu,
+                  detail::concat("LUMINAL_FILL_ENTRY(", kFillKernelName, ", ", kernel_type_name(dtype), ")"));
+}
+
+void fill_uniform(ModuleCache& cache, DType dtype, DevicePtr out, int64_t count, uint32_t seed, float scale,
+                  StreamHandle stream) {
+  if (count <= 0) return;
+  api::CUfunction fn = cache.function(fill_source(dtype), kFillKernelName);
+  const unsigned blocks = static_cast<unsigned>(std::min<int64_t>((count + 255) / 256, 65535));
+  long long n = count;
+  void* params[] = {&out, &n, &seed, &scale};
+  launch(fn, blocks, 1, 256, 0, stream, params);
+}
+
+// ---- every variant ----
+
+std::vector<KernelSource> all_kernel_sources() {
+  // Every template parameter value at least once: each dtype with each activation, and in
+  // BF16 each GEMV row capacity and rows-per-warp and each attention head dim and group.
+  // The GEMV variants share one translation unit per dtype, so that NVRTC's fixed cost
+  // (parsing the fp16/bf16 headers) is paid once for them.
+  std::vector<KernelSource> sources;
+  for (DType dt : {DType::F32, DType::F16, DType::BF16}) {
+    std::string entries;
+    auto add_gemv = [&](int m_max, int rpw, Activation act, int unroll) {
+      entries += detail::concat("LUMINAL_GEMV_ENTRY(luminal_gemv_m", m_max, "_r", rpw, "_u", unroll, "_",
+                                activation_name(act), ", ", kernel_type_name(dt), ", ", m_max, ", ", rpw, ", ",
+                                static_cast<int>(act), ", ", unroll, ")\n");
+    };
+    for (Activation act : {Activation::None, Activation::Relu, Activation::Silu, Activation::GeluTanh})
+      add_gemv(4, 2, act, 4);
+    if (dt == DType::BF16) {
+      for (int m_max : {1, 2, 8, 16})
+        for (int rpw : {1, 2}) add_gemv(m_max, rpw, Activation::None, 4);
+      add_gemv(1, 1, Activation::None, 2);
+      add_gemv(16, 2, Activation::None, 8);
+      add_gemv(16, 4, Activation::None, 2);
+    }
+    sources.push_back(assemble("kernels_" + lower(dtype_name(dt)), embedded::kGemvCu, entries));
+    sources.push_back(fill_source(dt));
+    sources.push_back(rows_source(dt));
+    sources.push_back(kv_scatter_source(dt));
+    if (dt == DType::BF16) {
+      for (auto [head_dim, group] : {std::pair{64, 1}, {128, 2}, {256, 4}, {128, 8}})
+        sources.push_back(attention_source(dt, head_dim, group));
+    } else {
+      sources.push_back(attention_source(dt, 128, 4));
+    }
+  }
+  return sources;
+}
+
+}  // namespace luminal::cuda

@@ -1,0 +1,144 @@
+// GEMV / skinny GEMM against a double-precision CPU reference, on the GPU.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "luminal_cuda/kernels.hpp"
+#include "test_util.hpp"
+
+using namespace luminal::cuda;
+using namespace luminal::cuda::test_util;
+using luminal::DType;
+
+namespace {
+
+double activate(double v, Activation act) {
+  switch (act) {
+    case Activation::Relu: return v > 0 ? v : 0;
+    case Activation::Silu: return v / (1 + std::exp(-v));
+    case Activation::GeluTanh: return 0.5 * v * (1 + std::tanh(0.7978845608028654 * (v + 0.044715 * v * v * v)));
+    default: return v;
+  }
+}
+
+struct Case {
+  DType dtype;
+  int M, N, K;
+  Activation act;
+  bool bias, residual;
+  GemvConfig config{};
+  size_t misalign_bytes = 0;  // offset x and w to force the scalar path
+};
+
+void run_case(Context& ctx, Stream& stream, ModuleCache& cache, const Case& c, uint32_t seed) {
+  SCOPED_TRACE(::testing::Message() << luminal::dtype_name(c.dtype) << " M=" << c.M << " N=" << c.N << " K=" << c.K
+                                  << " act=" << activation_name(c.act) << " bias=" << c.bias << " res=" << c.residual
+                                  << " ksplit=" << c.config.ksplit << " rpw=" << c.config.rows_per_warp
+                                  << " unroll=" << c.config.unroll
+                                  << " misalign=" << c.misalign_bytes);
+  const HostData x = encode(c.dtype, random_values(size_t(c.M) * c.K, seed));
+  const HostData w = encode(c.dtype, random_values(size_t(c.N) * c.K, seed + 1));
+  const HostData b = encode(c.dtype, random_values(c.N, seed + 2));
+  const HostData r = encode(c.dtype, random_values(size_t(c.M) * c.N, seed + 3));
+  // Upload with an optional leading offset so the kernel sees misaligned rows.
+  auto upload = [&](const HostData& d) {
+    DeviceBuffer buf(d.bytes.size() + c.misalign_bytes);
+    buf.upload(d.bytes.data(), d.bytes.size(), stream.get(), c.misalign_bytes);
+    return buf;
+  };
+  DeviceBuffer dx = upload(x), dw = upload(w), db = to_device(b, stream.get()), dr = to_device(r, stream.get());
+  DeviceBuffer dy(size_t(c.M) * c.N * luminal::dtype_bytes(c.dtype));
+  GemvArgs args;
+  args.dtype = c.dtype;
+  args.M = c.M, args.N = c.N, args.K = c.K;
+  args.x = dx.ptr() + c.misalign_bytes;
+  args.w = dw.ptr() + c.misalign_bytes;
+  args.bias = c.bias ? db.ptr() : 0;
+  args.residual = c.residual ? dr.ptr() : 0;
+  args.y = dy.ptr();
+  args.act = c.act;
+  launch_gemv(cache, args, stream.get(), ctx.info().sm_count, c.config);
+  stream.synchronize();
+  const std::vector<double> y = from_device(dy, c.dtype, stream.get());
+  int bad = 0;
+  for (int m = 0; m < c.M; ++m)
+    for (int n = 0; n < c.N; ++n) {
+      double acc = 0, magnitude = 0;
+      for (int k = 0; k < c.K; ++k) {
+        const double p = x.values[size_t(m) * c.K + k] * w.values[size_t(n) * c.K + k];
+        acc += p;
+        magnitude += std::fabs(p);
+      }
+      if (c.bias) acc += b.values[n];
+      double ref = activate(acc, c.act);
+      if (c.residual) ref += r.values[size_t(m) * c.N + n];
+      const double got = y[size_t(m) * c.N + n];
+      const double allowed = tolerance(c.dtype) * std::max(1.0, std::fabs(ref)) + 1e-5 * magnitude;
+      if (!(std::fabs(got - ref) <= allowed) && bad++ < 5)
+        ADD_FAILURE() << "y[" << m << "," << n << "] = " << got << ", reference " << ref;
+    }
+  EXPECT_EQ(bad, 0);
+}
+
+class Gemv : public ::testing::Test {
+ protected:
+  void SetUp() override { LUMINAL_REQUIRE_GPU(); }
+};
+
+}  // namespace
+
+TEST_F(Gemv, MatchesReferenceAcrossDtypesShapesAndEpilogues) {
+  Context ctx;
+  Stream stream;
+  ModuleCache cache(ctx.info().arch());
+  uint32_t seed = 11;
+  for (DType dt : {DType::F32, DType::F16, DType::BF16}) {
+    run_case(ctx, stream, cache, {dt, 1, 37, 64, Activation::None, false, false}, seed++);
+    run_case(ctx, stream, cache, {dt, 3, 129, 200, Activation::Silu, true, false}, seed++);
+    run_case(ctx, stream, cache, {dt, 5, 70, 77, Activation::GeluTanh, true, true}, seed++);  // odd K: scalar path
+    run_case(ctx, stream, cache, {dt, 16, 300, 1024, Activation::Relu, false, true}, seed++);
+    run_case(ctx, stream, cache, {dt, 9, 33, 4104, Activation::None, true, true}, seed++);
+    run_case(ctx, stream, cache, {dt, 2, 1, 3000, Activation::Silu, false, false}, seed++);
+  }
+}
+
+TEST_F(Gemv, EveryConfigGivesTheSameAnswer) {
+  Context ctx;
+  Stream stream;
+  ModuleCache cache(ctx.info().arch());
+  uint32_t seed = 101;
+  // Compile every variant first, in parallel, instead of one by one at first launch.
+  std::vector<KernelSource> sources;
+  for (int m_max : {1, 8})
+    for (int rpw : {1, 2, 4})
+      for (int unroll : {2, 4, 8}) sources.push_back(gemv_source(DType::BF16, m_max, rpw, Activation::Silu, unroll));
+  cache.cubins(sources);
+  for (int ksplit : {1, 2, 4, 8})
+    for (int rpw : {1, 2, 4})
+      for (int unroll : {2, 4, 8})
+        for (int M : {1, 7})
+          run_case(ctx, stream, cache,
+                   {DType::BF16, M, 259, 2056, Activation::Silu, true, true, GemvConfig{ksplit, rpw, unroll}}, seed++);
+}
+
+TEST_F(Gemv, MisalignedPointersTakeTheScalarPath) {
+  Context ctx;
+  Stream stream;
+  ModuleCache cache(ctx.info().arch());
+  run_case(ctx, stream, cache, {DType::BF16, 2, 65, 512, Activation::None, true, false, {}, 2}, 7);
+  run_case(ctx, stream, cache, {DType::F32, 4, 31, 96, Activation::Relu, false, true, {}, 4}, 8);
+}
+
+TEST_F(Gemv, RejectsBadShapes) {
+  Context ctx;
+  Stream stream;
+  ModuleCache cache(ctx.info().arch());
+  DeviceBuffer buf(1024);
+  GemvArgs args;
+  args.M = 17, args.N = 4, args.K = 8;
+  args.x = args.w = args.y = buf.ptr();
+  EXPECT_THROW(launch_gemv(cache, args, stream.get(), ctx.info().sm_count), luminal::Error);
+  args.M = 1;
+  args.dtype = DType::I32;
+  EXPECT_THROW(launch_gemv(cache, args, stream.get(), ctx.info().sm_count), luminal::Error);
+}

@@ -1,0 +1,117 @@
+// Every kernel source compiles with NVRTC for sm_90, with no GPU needed. NVRTC missing is
+// a failure (CI must compile the kernels) unless LUMINAL_ALLOW_NO_NVRTC=1.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <unistd.h>
+
+#include "luminal/error.hpp"
+#include "luminal_cuda/compiler.hpp"
+#include "luminal_cuda/kernels.hpp"
+
+using namespace luminal::cuda;
+namespace fs = std::filesystem;
+
+namespace {
+bool nvrtc_present() {
+  if (api::nvrtc_table().error.empty()) return true;
+  const char* allow = std::getenv("LUMINAL_ALLOW_NO_NVRTC");
+  if (allow && std::string(allow) == "1") return false;
+  ADD_FAILURE() << "NVRTC cannot be loaded (" << api::nvrtc_table().error
+                << "); set LUMINAL_ALLOW_NO_NVRTC=1 to skip on machines without the CUDA toolkit";
+  return false;
+}
+#define LUMINAL_REQUIRE_NVRTC()                                      \
+  do {                                                               \
+    if (!nvrtc_present()) GTEST_SKIP() << "skipped: no NVRTC";       \
+  } while (0)
+
+bool is_elf(const std::string& image) { return image.size() > 4 && image.compare(0, 4, "\x7f" "ELF") == 0; }
+
+fs::path fresh_dir(const std::string& name) {
+  fs::path dir = fs::temp_directory_path() / ("luminal_cuda_" + name + "_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  return dir;
+}
+}  // namespace
+
+TEST(CudaNvrtc, EveryKernelSourceCompilesForSm90) {
+  LUMINAL_REQUIRE_NVRTC();
+  ModuleCache cache("sm_90", /*disk_dir=*/{});
+  const std::vector<KernelSource> sources = all_kernel_sources();
+  ASSERT_FALSE(sources.empty());
+  const auto start = std::chrono::steady_clock::now();
+  const auto images = cache.cubins(sources);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  ASSERT_EQ(images.size(), sources.size());
+  for (size_t i = 0; i < images.size(); ++i) EXPECT_TRUE(is_elf(*images[i])) << sources[i].name;
+  std::printf("compiled %zu kernel modules for sm_90 in %.1f s\n", sources.size(), seconds);
+}
+
+TEST(CudaNvrtc, LauncherVariantsCompile) {
+  LUMINAL_REQUIRE_NVRTC();
+  // The exact sources the launchers build (one entry each), a few of them.
+  ModuleCache cache("sm_90", {});
+  std::vector<KernelSource> sources{gemv_source(luminal::DType::BF16, 1, 1, Activation::None, 8),
+                                    gemv_source(luminal::DType::F16, 16, 2, Activation::Silu),
+                                    gemv_source(luminal::DType::F32, 4, 2, Activation::GeluTanh)};
+  for (const auto& image : cache.cubins(sources)) EXPECT_TRUE(is_elf(*image));
+}
+
+TEST(CudaNvrtc, CacheHitsMemoryThenDisk) {
+  LUMINAL_REQUIRE_NVRTC();
+  const fs::path dir = fresh_dir("cache");
+  KernelSource source{"tiny", "extern \"C\" __global__ void tiny(float* p) { p[threadIdx.x] *= -2.0f; }\n", {}};
+  {
+    ModuleCache cache("sm_90", dir);
+    const auto first = cache.cubin(source);
+    const auto second = cache.cubin(source);
+    EXPECT_EQ(first, second);
+    EXPECT_EQ(cache.stats().compiled, 1);
+    EXPECT_EQ(cache.stats().memory_hits, 1);
+  }
+  EXPECT_TRUE(fs::exists(dir / (cache_key(source, "sm_90") + ".cubin")));
+  {
+    ModuleCache cache("sm_90", dir);
+    EXPECT_TRUE(is_elf(*cache.cubin(source)));
+    EXPECT_EQ(cache.stats().disk_hits, 1);
+    EXPECT_EQ(cache.stats().compiled, 0);
+  }
+  // Another arch or option set is another key.
+  KernelSource with_option = source;
+  with_option.options.push_back("-DLUMINAL_UNUSED=1");
+  EXPECT_NE(cache_key(source, "sm_90"), cache_key(source, "sm_80"));
+  EXPECT_NE(cache_key(source, "sm_90"), cache_key(with_option, "sm_90"));
+  // A corrupted cache file is ignored and rewritten, not trusted.
+  {
+    std::ofstream(dir / (cache_key(source, "sm_90") + ".cubin"), std::ios::binary) << "garbage";
+    ModuleCache cache("sm_90", dir);
+    EXPECT_TRUE(is_elf(*cache.cubin(source)));
+    EXPECT_EQ(cache.stats().compiled, 1);
+  }
+  fs::remove_all(dir);
+}
+
+TEST(CudaNvrtc, CompileErrorsCarryTheLog) {
+  LUMINAL_REQUIRE_NVRTC();
+  KernelSource broken{"broken_kernel", "extern \"C\" __global__ void k(float* p) { p[0] = undeclared_name; }\n", {}};
+  try {
+    compile_cubin(broken, "sm_90");
+    FAIL() << "a broken kernel compiled";
+  } catch (const luminal::Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("broken_kernel"), std::string::npos) << what;
+    EXPECT_NE(what.find("undeclared_name"), std::string::npos) << what;
+    EXPECT_NE(what.find("sm_90"), std::string::npos) << what;
+  }
+  // In a batch, the failure surfaces after the good sources compile.
+  ModuleCache cache("sm_90", {});
+  KernelSource good{"good", "extern \"C\" __global__ void g(int* p) { p[0] = -1; }\n", {}};
+  EXPECT_THROW(cache.cubins({good, broken}), luminal::Error);
+  EXPECT_EQ(cache.stats().compiled, 1);
+}
+
+TEST(CudaNvrtc, RejectsMalformedArch) { EXPECT_THROW(ModuleCache("90", {}), luminal::Error); }
