@@ -132,7 +132,8 @@ class Translator:
             name = str(sym)
             if name in self.result.dims:
                 continue
-            hint = env.var_to_val.get(sym)
+            hint = getattr(env, "backed_var_to_val", None)
+            hint = (hint if hint is not None else env.var_to_val).get(sym)
             rng = env.var_to_range.get(sym)
             lo = int(rng.lower) if rng is not None and rng.lower.is_finite else 0
             hi = int(rng.upper) if rng is not None and rng.upper.is_finite else 1 << 20

@@ -1,0 +1,64 @@
+"""torch.compile(model, backend="luminal"): the entry-point backend, options, errors, and
+static-KV-cache decoding without recompiling."""
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("luminal._luminal", reason="the luminal Python package is not installed (scripts/setup)")
+import luminal.torch as lt  # noqa: E402
+from torch import nn  # noqa: E402
+
+from test_torch_export import StaticCacheDecoder, UsesUnsupported, close  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def fresh_dynamo():
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+def test_backend_is_registered_by_entry_point():
+    from torch._dynamo.backends.registry import list_backends
+
+    assert "luminal" in list_backends(exclude_tags=())
+
+
+def test_compiled_mlp_matches_eager():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(6, 16), nn.GELU(), nn.Linear(16, 3)).eval()
+    compiled = torch.compile(model, backend="luminal", options={"search_budget": 2})
+    x = torch.randn(4, 6)
+    with torch.no_grad():
+        close(compiled(x), model(x))
+
+
+def test_unknown_option_is_an_error():
+    compiled = torch.compile(nn.Linear(2, 2), backend="luminal", options={"search_iterations": 3})
+    with pytest.raises(Exception, match="unknown option"):
+        with torch.no_grad():
+            compiled(torch.randn(1, 2))
+
+
+def test_unsupported_op_is_a_clear_error():
+    compiled = torch.compile(UsesUnsupported(), backend="luminal")
+    with pytest.raises(Exception, match="luminal cannot translate aten.linalg_qr"):
+        with torch.no_grad():
+            compiled(torch.randn(3, 3))
+
+
+def test_static_kv_cache_decodes_32_tokens_without_recompiling():
+    torch.manual_seed(0)
+    model = StaticCacheDecoder(max_seq=40).eval()
+    eager = StaticCacheDecoder(max_seq=40).eval()
+    eager.load_state_dict(model.state_dict())
+    compiled = torch.compile(model, backend="luminal")
+    start = lt.stats["compiles"]
+    with torch.no_grad():
+        for step in range(32):
+            x, pos = torch.randn(1, 8), torch.tensor([step])
+            close(compiled(x, pos), eager(x, pos))
+    assert lt.stats["compiles"] - start == 1, "decoding recompiled"
+    close(model.k_cache, eager.k_cache)
+    close(model.v_cache, eager.v_cache)
