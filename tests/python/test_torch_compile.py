@@ -62,3 +62,28 @@ def test_static_kv_cache_decodes_32_tokens_without_recompiling():
     assert lt.stats["compiles"] - start == 1, "decoding recompiled"
     close(model.k_cache, eager.k_cache)
     close(model.v_cache, eager.v_cache)
+
+
+def test_hf_llama_static_cache_decodes_32_tokens_on_one_decode_compile():
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    cfg = transformers.LlamaConfig(vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
+    model = transformers.LlamaForCausalLM(cfg).eval()
+    prompt = torch.randint(0, 96, (1, 5))
+
+    def decode(m, steps=32):
+        cache = transformers.StaticCache(config=cfg, max_cache_len=40)
+        rows, tok, pos = [], prompt, torch.arange(5)
+        with torch.no_grad():
+            for _ in range(steps + 1):
+                logits = m(input_ids=tok, past_key_values=cache, cache_position=pos, use_cache=True).logits
+                rows.append(logits[:, -1])
+                tok, pos = logits[:, -1:].argmax(-1), pos[-1:] + 1
+        return torch.cat(rows)
+
+    want = decode(model)
+    start = lt.stats["compiles"]
+    got = decode(torch.compile(model, backend="luminal"))
+    assert lt.stats["compiles"] - start == 2, "one prefill graph and one decode graph, then no recompiles"
+    close(got, want, tol=1e-4)
