@@ -205,3 +205,25 @@ def test_corpus_model_matches_eager(name):
     err = (out.double() - ref.double()).abs().max().item()
     print(f"{name}: translates, compile {compile_s:.2f}s, max abs error {err:.3g} (output scale {scale:.3g})")
     assert err <= 1e-4 * max(1.0, scale), f"{name}: max error {err} vs eager"
+
+
+TEXT_MODELS = ["llama", "qwen3", "gemma3", "gpt2", "bert", "t5_encoder"]
+
+
+@pytest.mark.parametrize("name", TEXT_MODELS)
+def test_text_model_with_a_dynamic_sequence_length_compiles_once(name):
+    pytest.importorskip("luminal._luminal", reason="the luminal Python package is not installed (scripts/setup)")
+    import luminal.torch as lt
+    from torch.export import Dim
+
+    model, (ids,) = CORPUS[name]()
+    compiled = lt.compile(model, (ids,), dynamic_shapes=({1: Dim("seq", min=2, max=48)},))
+    start = lt.stats["compiles"]
+    gen = torch.Generator().manual_seed(3)
+    for n in (2, 13, 48):
+        x = torch.randint(0, 96, (1, n), generator=gen)
+        with torch.no_grad():
+            ref = model(x)
+        err = (compiled(x).double() - ref.double()).abs().max().item()
+        assert err <= 1e-4 * max(1.0, ref.abs().max().item()), f"{name} at seq {n}: max error {err}"
+    assert lt.stats["compiles"] == start, "a new sequence length recompiled"

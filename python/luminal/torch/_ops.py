@@ -725,12 +725,15 @@ def _scatter(t, node, x, dim, index, src):
     return x.scatter(norm_axis(dim, x.rank), index, src)
 
 
+def size_tensor(t, size) -> GT:
+    """A symbolic size as a one-element I64 tensor (its value comes at execute time)."""
+    return t.g.iota(luminal.Expression(size) if isinstance(size, int) else size, [1], DT.I64)
+
+
 def _normalise_index(t, ix, size):
-    if isinstance(size, luminal.Expression):
-        if not size.is_constant():
-            return ix
-        size = int(size)
-    return GT.select(ix.lt(0.0), ix + float(size), ix)
+    if isinstance(size, luminal.Expression) and not size.is_constant():
+        return GT.select(ix.lt(0.0), ix + size_tensor(t, size), ix)
+    return GT.select(ix.lt(0.0), ix + float(int(size)), ix)
 
 
 @register(aten.index.Tensor)
@@ -754,9 +757,7 @@ def _index(t, node, x, indices):
     stride = luminal.Expression(1)
     for j in range(k - 2, -1, -1):
         stride = stride * sizes[j + 1]
-        if not stride.is_constant():
-            unsupported("indexing several symbolic-size dims at once")
-        flat = flat + idx[j] * float(int(stride))
+        flat = flat + idx[j] * (float(int(stride)) if stride.is_constant() else size_tensor(t, stride))
     merged = x.shape[:p0] + [_product(sizes)] + x.shape[p0 + k:]
     xm = x.reshape(merged) if k > 1 else x
     picked = xm.index_select(p0, flat.reshape([_product(bshape)]))
