@@ -35,12 +35,5 @@ __all__ = [
 
 def compile(graph: Graph, runtime: str = "reference", options: CompileOptions | None = None) -> Runtime:
     """Lower, search and load `graph` into the runtime registered as `runtime`
-    (`luminal.runtimes()` lists them)."""
+    (`luminal.runtimes()` lists them). Same as `graph.compile(runtime, options)`."""
     return _luminal.compile(graph, runtime, options)
-
-
-def _graph_compile(self: Graph, runtime: str = "reference", options: CompileOptions | None = None) -> Runtime:
-    return _luminal.compile(self, runtime, options)
-
-
-Graph.compile = _graph_compile  # type: ignore[method-assign]

@@ -3,6 +3,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -35,6 +36,10 @@ struct RuntimeEntry {
 std::vector<RuntimeEntry>& runtime_registry();
 const RuntimeEntry& find_runtime(const std::string& name);
 void register_builtin_runtimes();
+
+// Compile `g` into a fresh runtime of the registered kind `runtime`.
+std::unique_ptr<PyRuntime> compile_graph(const Graph& g, const std::string& runtime,
+                                         const std::optional<CompileOptions>& options);
 
 // Every GraphTensor handed to Python keeps its Graph alive (tensors hold a raw pointer).
 struct TiesToGraph {

@@ -142,6 +142,22 @@ HostTensor get_host(const PyRuntime& r, const std::variant<GraphTensor, NodeId>&
 
 }  // namespace
 
+std::unique_ptr<PyRuntime> compile_graph(const Graph& g, const std::string& runtime,
+                                         const std::optional<CompileOptions>& options) {
+  const RuntimeEntry& entry = find_runtime(runtime);
+  auto r = std::make_unique<PyRuntime>();
+  r->runtime = entry.make();
+  r->kind = entry.name;
+  r->device = entry.device;
+  r->graph_uid = g.uid();
+  r->last_dims = g.dim_map();
+  CompileOptions o = options.value_or(CompileOptions{});
+  o.report(&r->report);
+  nb::gil_scoped_release release;
+  g.compile_into(*r->runtime, o);
+  return r;
+}
+
 void bind_runtime(nb::module_& m) {
   nb::class_<PyRuntime>(m, "Runtime", "A compiled program on a backend: set inputs, execute, read outputs.")
       .def_prop_ro("name", [](const PyRuntime& r) { return r.kind; })
@@ -217,21 +233,11 @@ void bind_runtime(nb::module_& m) {
     return out;
   }, "The registered runtimes (name, device, description).");
 
-  m.def("compile", [](const Graph& g, const std::string& runtime, const std::optional<CompileOptions>& options) {
-    const RuntimeEntry& entry = find_runtime(runtime);
-    auto r = std::make_unique<PyRuntime>();
-    r->runtime = entry.make();
-    r->kind = entry.name;
-    r->device = entry.device;
-    r->graph_uid = g.uid();
-    r->last_dims = g.dim_map();
-    CompileOptions o = options.value_or(CompileOptions{});
-    o.report(&r->report);
-    nb::gil_scoped_release release;
-    g.compile_into(*r->runtime, o);
-    return r;
-  }, "graph"_a, "runtime"_a = "reference", "options"_a = nb::none(),
+  m.def("compile", &compile_graph, "graph"_a, "runtime"_a = "reference", "options"_a = nb::none(),
         "Lower, search and load `graph` into the runtime registered as `runtime`.");
+  nb::type<Graph>().attr("compile") = nb::cpp_function(
+      &compile_graph, nb::is_method(), "runtime"_a = "reference", "options"_a = nb::none(),
+      "Lower, search and load this graph into the runtime registered as `runtime` (luminal.runtimes()).");
 }
 
 }  // namespace luminal::python
