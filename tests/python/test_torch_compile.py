@@ -41,11 +41,28 @@ def test_unknown_option_is_an_error():
             compiled(torch.randn(1, 2))
 
 
-def test_unsupported_op_is_a_clear_error():
-    compiled = torch.compile(UsesUnsupported(), backend="luminal")
-    with pytest.raises(Exception, match="luminal cannot translate aten.linalg_qr"):
+def test_unsupported_op_is_a_clear_error_with_fallback_error():
+    compiled = torch.compile(UsesUnsupported(), backend="luminal", options={"fallback": "error"})
+    with pytest.raises(Exception, match=r"luminal cannot translate aten\.linalg_qr.*test_torch_export\.py"):
         with torch.no_grad():
             compiled(torch.randn(3, 3))
+
+
+class QrBetween(nn.Module):
+    def forward(self, x):
+        q = torch.linalg.qr(x.relu() + 1).Q
+        return (q @ x).tanh() * 2
+
+
+def test_unsupported_op_runs_in_pytorch_with_a_warning_by_default():
+    model = QrBetween()
+    x = torch.randn(4, 4)
+    compiled = torch.compile(model, backend="luminal")
+    start = lt.stats["compiles"]
+    with torch.no_grad(), pytest.warns(UserWarning, match=r"aten\.linalg_qr.*runs in PyTorch"):
+        out = compiled(x)
+    close(out, model(x), tol=1e-5)
+    assert lt.stats["compiles"] - start == 2  # the regions before and after the break
 
 
 def test_static_kv_cache_decodes_32_tokens_without_recompiling():

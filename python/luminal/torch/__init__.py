@@ -24,7 +24,7 @@ import torch.utils._pytree as pytree
 
 import luminal
 
-from ._translate import Translation, Translator, UnsupportedOpError, to_torch_dtype  # noqa: F401
+from ._translate import Translation, Translator, UnsupportedOpError, describe, to_torch_dtype  # noqa: F401
 
 __all__ = ["compile", "dynamo_backend", "UnsupportedOpError", "CompiledModule", "stats", "DEFAULT_OPTIONS"]
 
@@ -255,14 +255,22 @@ def dynamo_backend(gm: torch.fx.GraphModule, example_inputs: list, options: dict
 
     opts = dict(DEFAULT_OPTIONS)
     opts.update(options or {})
-    unknown = set(opts) - {"search_budget", "runtime", "seed", "verbose", "search_time_limit_s"}
+    opts.setdefault("fallback", "partition")
+    unknown = set(opts) - {"search_budget", "runtime", "seed", "verbose", "search_time_limit_s", "fallback"}
     if unknown:
         raise ValueError(f"luminal backend: unknown option(s) {sorted(unknown)}; known: search_budget, runtime, "
-                         "seed, verbose, search_time_limit_s")
+                         "seed, verbose, search_time_limit_s, fallback")
+    if opts["fallback"] not in ("partition", "error"):
+        raise ValueError(f"luminal backend: option fallback must be 'partition' or 'error', got {opts['fallback']!r}")
 
     def forward_compiler(fx: torch.fx.GraphModule, inputs: list):
-        translation = Translator(fx, lambda node, i: ("user", f"input_{i}")).run()
-        program = _Program(translation, opts)
+        unsupported = _untranslatable_nodes(fx)
+        if unsupported:
+            if opts["fallback"] == "error":
+                raise UnsupportedOpError(f"luminal cannot translate {describe(unsupported[0])}. Supported ops are "
+                                         "listed in docs/torch_ops.md.")
+            return make_boxed_func(_partitioned(fx, unsupported, opts))
+        program = _compile_fx(fx, opts)
         program.check_device([x for x in inputs if isinstance(x, torch.Tensor)], "input")
 
         def run(*args):
@@ -277,3 +285,66 @@ def dynamo_backend(gm: torch.fx.GraphModule, example_inputs: list, options: dict
 
     return aot_autograd(fw_compiler=forward_compiler, bw_compiler=backward_compiler,
                         decompositions=core_aten_decompositions())(gm, example_inputs)
+
+
+def _compile_fx(fx: torch.fx.GraphModule, opts: dict) -> _Program:
+    translation = Translator(fx, lambda node, i: ("user", f"input_{i}")).run()
+    return _Program(translation, opts)
+
+
+def _untranslatable_nodes(fx: torch.fx.GraphModule) -> list:
+    return [n for n in fx.graph.nodes if n.op == "call_function" and not _translatable(n)]
+
+
+def _translatable(node) -> bool:
+    from . import _ops
+    from ._translate import _SKIP
+
+    t = node.target
+    return t in _SKIP or t in _ops.TABLE or (isinstance(t, torch._ops.OpOverload) and t.overloadpacket in _ops.TABLE)
+
+
+class _LuminalPartition(torch.nn.Module):
+    """One translatable region of a partitioned graph, compiled by luminal."""
+
+    def __init__(self, fx: torch.fx.GraphModule, opts: dict):
+        super().__init__()
+        self.program = _compile_fx(fx, opts)
+        self.single = not isinstance(_output_args(fx), (tuple, list))
+
+    def forward(self, *args):
+        outs = self.program.run(args, {})
+        return outs[0] if self.single else tuple(outs)
+
+
+def _output_args(fx):
+    return next(n for n in fx.graph.nodes if n.op == "output").args[0]
+
+
+def _partitioned(fx: torch.fx.GraphModule, unsupported: list, opts: dict):
+    """A graph break inside the backend: ops luminal cannot translate run in PyTorch (with a
+    warning naming each), every other region is compiled by luminal."""
+    import warnings
+
+    from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
+    from torch.fx.passes.operator_support import OperatorSupportBase
+
+    class Support(OperatorSupportBase):
+        def is_node_supported(self, submodules, node) -> bool:
+            return node.op == "call_function" and _translatable(node)
+
+    for node in unsupported:
+        warnings.warn(f"luminal: {describe(node)} is not translated; it runs in PyTorch (graph break)",
+                      stacklevel=2)
+    partitioner = CapabilityBasedPartitioner(fx, Support(), allows_single_node_partition=True)
+    fused = partitioner.fuse_partitions(partitioner.propose_partitions())
+    for node in list(fused.graph.nodes):
+        if node.op == "call_module":
+            sub = getattr(fused, node.target)
+            setattr(fused, node.target, _LuminalPartition(sub, opts))
+    fused.recompile()
+
+    def run(*args):
+        return fused(*args)
+
+    return run
