@@ -104,3 +104,17 @@ def test_hf_llama_static_cache_decodes_32_tokens_on_one_decode_compile():
     got = decode(torch.compile(model, backend="luminal"))
     assert lt.stats["compiles"] - start == 2, "one prefill graph and one decode graph, then no recompiles"
     close(got, want, tol=1e-4)
+
+
+def test_dynamic_shapes_under_torch_compile_compile_once():
+    from test_torch_export import Attention
+
+    torch.manual_seed(0)
+    model = Attention().eval()
+    compiled = torch.compile(model, backend="luminal", dynamic=True)
+    start = lt.stats["compiles"]
+    with torch.no_grad():
+        for n in (3, 5, 9, 17):
+            x = torch.randn(1, n, 8)
+            close(compiled(x), model(x))
+    assert lt.stats["compiles"] - start == 1

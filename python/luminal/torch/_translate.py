@@ -135,8 +135,8 @@ class Translator:
             hint = getattr(env, "backed_var_to_val", None)
             hint = (hint if hint is not None else env.var_to_val).get(sym)
             rng = env.var_to_range.get(sym)
-            lo = int(rng.lower) if rng is not None and rng.lower.is_finite else 0
-            hi = int(rng.upper) if rng is not None and rng.upper.is_finite else 1 << 20
+            lo = _finite_int(rng.lower if rng is not None else None, 0)
+            hi = _finite_int(rng.upper if rng is not None else None, 1 << 20)
             hint = int(hint) if hint is not None else max(lo, 1)
             self.result.dims[name] = (hint, lo, min(hi, 1 << 20))
             self.g.set_dim(name, hint)
@@ -277,6 +277,16 @@ _SKIP = {
     torch.ops.aten.sym_constrain_range.default,
     torch.ops.aten._assert_scalar.default,
 }
+
+
+def _finite_int(v, default: int) -> int:
+    """A range bound as an int; infinite or unknown bounds (int_oo) give `default`."""
+    try:
+        if v is None or not bool(v.is_number) or v.is_infinite or str(v) in ("oo", "-oo", "int_oo", "-int_oo"):
+            return default
+        return int(v)
+    except (TypeError, ValueError, AttributeError):
+        return default
 
 
 def _const(e):
