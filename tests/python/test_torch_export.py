@@ -215,6 +215,35 @@ OPS = {
     "masked_fill": (lambda a: a.masked_fill(a > 1, -3.0), [(3, 4)]),
     "index_put": (lambda a, b: a.index_put((torch.tensor([2, 0]),), b), [(3, 4), (2, 4)]),
     "slice_scatter": (lambda a, b: a.slice_scatter(b, 1, 1, 3), [(3, 4), (3, 2)]),
+    "select_scatter": (lambda a, b: a.select_scatter(b, 0, -1), [(3, 4), (4,)]),
+    "index_copy": (lambda a, b: a.index_copy(1, torch.tensor([3, 0]), b), [(3, 4), (3, 2)]),
+    "hyperbolic": (lambda a: a.sinh() + a.cosh() + a.asinh() + (a.abs() + 1).acosh() + (a / 10).atanh(), [(3, 4)]),
+    "more_unary": (lambda a: a.expm1() + a.abs().log1p() + a.abs().add(0.1).log10() + a.trunc()
+                   + a.isnan().float() + torch.isinf(a / 0.0).float(), [(3, 4)]),
+    "logic": (lambda a, b: (a > 0) ^ (b > 0) | ~(a < b) & (b > -1), [(3, 4), (3, 4)]),
+    "reflect_replicate_pad": (lambda a: nn.functional.pad(a, (2, 1, 1, 2), mode="reflect")
+                              + nn.functional.pad(a, (2, 1, 1, 2), mode="replicate"), [(1, 2, 4, 5)]),
+    "reflect_pad1d": (lambda a: nn.functional.pad(a, (3, 2), mode="reflect"), [(1, 2, 6)]),
+    "upsample_nearest": (lambda a: nn.functional.interpolate(a, scale_factor=2, mode="nearest")
+                         .sum() + nn.functional.interpolate(a, size=(5, 7), mode="nearest"), [(1, 2, 3, 4)]),
+    "upsample_bilinear": (lambda a: nn.functional.interpolate(a, size=(5, 7), mode="bilinear")
+                          + nn.functional.interpolate(a, size=(5, 7), mode="bilinear", align_corners=True),
+                          [(1, 2, 3, 4)]),
+    "upsample_bilinear_scale": (lambda a: nn.functional.interpolate(a, scale_factor=1.5, mode="bilinear"),
+                                [(1, 2, 4, 4)]),
+    "scatter_add": (lambda a, b: a.scatter_add(0, torch.tensor([[0, 2, 1, 0], [0, 0, 2, 1]]), b),
+                    [(3, 4), (2, 4)]),
+    "diagonal": (lambda a: a.diagonal() + a.diagonal(1)[:2].sum() + a.diagonal(-1, 0, 1)[:2].sum(), [(3, 4)]),
+    "batch_norm_train_stats": (lambda a: nn.functional.batch_norm(a, None, None, training=True), [(4, 3, 2, 2)]),
+    "group_norm": (lambda a, w: nn.functional.group_norm(a, 2, w, w + 1), [(2, 4, 3, 3), (4,)]),
+    "embedding_bag_modes": (lambda w: nn.functional.embedding_bag(torch.tensor([[1, 3], [0, 4]]), w, mode="mean")
+                            + nn.functional.embedding_bag(torch.tensor([[1, 3], [0, 4]]), w, mode="max"), [(5, 3)]),
+    "int_arith": (lambda a: (a.long() * 3 - 7) // 2 + (a.long() % 3) + a.long().sum(0), [(3, 4)]),
+    "argmax_flat_var0": (lambda a: a.argmax().float() + a.var(1, correction=0).sum() + a.sum(1, dtype=torch.float64)
+                         .float(), [(3, 4)]),
+    "sort_desc_topk_smallest": (lambda a: a.sort(0, descending=True).values[0] + a.topk(2, 0, largest=False).values[1],
+                                [(3, 4)]),
+    "dropout_eval": (lambda a: nn.functional.dropout(a, 0.5, training=False) * 2, [(3, 4)]),
 }
 
 

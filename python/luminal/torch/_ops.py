@@ -881,3 +881,140 @@ def getitem(t, node, seq, i):
     if value is None:
         unsupported(f"output {i} of {node.args[0].target} (only the main result is translated)")
     return value
+
+
+# ---- more elementwise, normalisation and resampling ops (composed from the tensor API) ----------
+
+register(aten.sinh.default)(lambda t, node, x: (x.exp() - (-x).exp()) * 0.5)
+register(aten.cosh.default)(lambda t, node, x: (x.exp() + (-x).exp()) * 0.5)
+# asinh is odd: computing it on |x| avoids the cancellation of x + sqrt(x^2 + 1) for x << 0.
+register(aten.asinh.default)(lambda t, node, x: x.sign() * (x.abs() + (x * x + 1.0).sqrt()).log())
+register(aten.acosh.default)(lambda t, node, x: (x + (x * x - 1.0).sqrt()).log())
+register(aten.atanh.default)(lambda t, node, x: ((1.0 + x) / (1.0 - x)).log() * 0.5)
+register(aten.fill.Scalar)(lambda t, node, x, value: _filled(t, node, value))
+
+
+@register(aten.native_dropout.default)
+def _native_dropout(t, node, x, p, train):
+    if train:
+        unsupported("dropout in training mode (luminal compiles inference; call model.eval())")
+    return x, None
+
+
+@register(aten._native_batch_norm_legit.default, aten._native_batch_norm_legit.no_stats)
+def _batch_norm_legit(t, node, x, weight, bias, *rest):
+    # (running_mean, running_var, training, momentum, eps) or, without stats, (training, momentum, eps).
+    if len(rest) == 5:
+        running_mean, running_var, training, _, eps = rest
+    else:
+        running_mean = running_var = None
+        training, _, eps = rest
+    if not training and running_mean is not None:
+        return _batch_norm(t, node, x, weight, bias, running_mean, running_var, None, eps)
+    axes = [0] + list(range(2, x.rank))
+    mean = x.mean(axes, True)
+    var = x.var(axes, True, 0)
+    y = (x - mean) * (var + float(eps)).rsqrt()
+    if weight is not None:
+        y = y * _channel(weight, x.rank)
+    if bias is not None:
+        y = y + _channel(bias, x.rank)
+    return y, None, None, None, None
+
+
+def _pad_mode(mode):
+    def translate(t, node, x, padding):
+        k = len(padding) // 2
+        for i in range(k):
+            axis = x.rank - 1 - i
+            before, after = padding[2 * i], padding[2 * i + 1]
+            size = int(x.shape[axis])
+            parts = []
+            if before:
+                parts.append(x.slice(axis, 1, before + 1).flip([axis]) if mode == "reflect"
+                             else GT.concat([x.slice(axis, 0, 1)] * before, axis))
+            parts.append(x)
+            if after:
+                parts.append(x.slice(axis, size - after - 1, size - 1).flip([axis]) if mode == "reflect"
+                             else GT.concat([x.slice(axis, size - 1, size)] * after, axis))
+            x = GT.concat(parts, axis) if len(parts) > 1 else x
+        return x
+    return translate
+
+
+register(aten.reflection_pad1d.default, aten.reflection_pad2d.default, aten.reflection_pad3d.default)(
+    _pad_mode("reflect"))
+register(aten.replication_pad2d.default, aten.replication_pad3d.default)(_pad_mode("replicate"))
+
+
+def _source_index(t, out_size: int, in_size: int, scale, linear: bool, align_corners: bool) -> GT:
+    """PyTorch's source coordinate of each output position along one axis (float32)."""
+    dst = t.g.iota(luminal.Expression.var("z"), [out_size], DT.I64).cast(DT.F32)
+    if align_corners:
+        s = (in_size - 1) / (out_size - 1) if out_size > 1 else 0.0
+        return dst * s
+    s = (1.0 / scale) if scale else in_size / out_size
+    if not linear:
+        return dst * s
+    return ((dst + 0.5) * s - 0.5).maximum(0.0)
+
+
+def _resample(t, node, x, scales, linear, align_corners):
+    out_sizes = [int(s) for s in out_shape(t, node)[2:]]
+    for i, out_size in enumerate(out_sizes):
+        axis = 2 + i
+        in_size = int(x.shape[axis])
+        scale = scales[i] if scales else None
+        src = _source_index(t, out_size, in_size, scale, linear, align_corners)
+        i0 = src.floor().minimum(float(in_size - 1))
+        lo = x.index_select(axis, i0.cast(DT.I64))
+        if not linear:
+            x = lo
+            continue
+        i1 = (i0 + 1.0).minimum(float(in_size - 1))
+        hi = x.index_select(axis, i1.cast(DT.I64))
+        shape = [1] * x.rank
+        shape[axis] = out_size
+        w = (src - i0).reshape(shape).cast(x.dtype)
+        x = lo * (1.0 - w) + hi * w
+    return x
+
+
+@register(aten.upsample_nearest2d.vec, aten.upsample_nearest1d.vec)
+def _upsample_nearest(t, node, x, output_size, scale_factors):
+    return _resample(t, node, x, scale_factors, False, False)
+
+
+@register(aten.upsample_bilinear2d.vec, aten.upsample_linear1d.vec)
+def _upsample_linear(t, node, x, output_size, align_corners, scale_factors):
+    return _resample(t, node, x, scale_factors, True, align_corners)
+
+
+@register(aten.scatter_add.default)
+def _scatter_add(t, node, x, dim, index, src):
+    """x + the sum of src rows landing on each position (duplicates add up): a one-hot
+    contraction over the index's `dim`."""
+    dim = norm_axis(dim, x.rank)
+    if [str(s) for i, s in enumerate(index.shape) if i != dim] != [str(s) for i, s in enumerate(x.shape) if i != dim]:
+        unsupported("scatter_add with an index smaller than self outside `dim`")
+    n = int(x.shape[dim])
+    hot = index.cast(DT.I64).one_hot(n).cast(x.dtype)             # index.shape + [n]
+    src = src.slice(dim, 0, int(index.shape[dim])) if int(src.shape[dim]) != int(index.shape[dim]) else src
+    contrib = (hot * src.unsqueeze(src.rank)).sum([dim])            # shape without dim, + [n]
+    axes = list(range(contrib.rank - 1))
+    axes.insert(dim, contrib.rank - 1)
+    return x + contrib.permute(axes)
+
+
+@register(aten.diagonal.default)
+def _diagonal(t, node, x, offset=0, dim1=0, dim2=1):
+    d1, d2 = norm_axis(dim1, x.rank), norm_axis(dim2, x.rank)
+    rest = [i for i in range(x.rank) if i not in (d1, d2)]
+    y = x.permute(rest + [d1, d2])
+    a, b = int(y.shape[-2]), int(y.shape[-1])
+    start = offset if offset >= 0 else -offset * b
+    length = min(a, b - offset) if offset >= 0 else min(a + offset, b)
+    if length <= 0:
+        unsupported("an empty diagonal")
+    flat = y.reshape(list(y.shape[:-2]) + [a * b]).contiguous()
+    return flat.slice(flat.rank - 1, start, start + (length - 1) * (b + 1) + 1, b + 1)
