@@ -20,18 +20,18 @@ from luminal.torch._translate import op_name  # noqa: E402
 
 
 def core_aten_ops() -> list:
+    # Every registered aten op (dir(torch.ops.aten) lists only the packets loaded so far).
     ops = []
-    for name in dir(torch.ops.aten):
+    for full in sorted(set(torch._C._dispatch_get_all_op_names())):
+        if not full.startswith("aten::"):
+            continue
+        name, _, overload = full[len("aten::"):].partition(".")
         try:
-            packet = getattr(torch.ops.aten, name)
+            op = getattr(getattr(torch.ops.aten, name), overload or "default")
         except (AttributeError, RuntimeError):
             continue
-        if not isinstance(packet, torch._ops.OpOverloadPacket):
-            continue
-        for overload in packet.overloads():
-            op = getattr(packet, overload)
-            if torch.Tag.core in op.tags:
-                ops.append(op)
+        if torch.Tag.core in op.tags:
+            ops.append(op)
     return sorted(ops, key=op_name)
 
 

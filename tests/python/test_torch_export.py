@@ -243,6 +243,8 @@ OPS = {
                          .float(), [(3, 4)]),
     "sort_desc_topk_smallest": (lambda a: a.sort(0, descending=True).values[0] + a.topk(2, 0, largest=False).values[1],
                                 [(3, 4)]),
+    "pool1d": (lambda a: nn.functional.avg_pool1d(a, 3, 2, 1) .sum() + nn.functional.adaptive_avg_pool1d(a, 2),
+               [(1, 2, 8)]),
     "dropout_eval": (lambda a: nn.functional.dropout(a, 0.5, training=False) * 2, [(3, 4)]),
 }
 

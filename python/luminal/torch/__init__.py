@@ -11,8 +11,9 @@ Two entry points share one translator (core ATen -> luminal tensor API):
   core-ATen graph, and input mutations are applied by AOTAutograd itself.
 
 An ATen op luminal cannot translate raises UnsupportedOpError naming the op and the
-line of the model it came from. A tensor on a device the runtime does not run on is an
-error, never a silent move.
+line of the model it came from; under torch.compile it is a graph break instead (the op
+runs in PyTorch, with a warning naming it), or the same error with fallback="error". A
+tensor on a device the runtime does not run on is an error, never a silent move.
 """
 from __future__ import annotations
 
@@ -21,6 +22,8 @@ from typing import Any, Sequence
 
 import torch
 import torch.utils._pytree as pytree
+from torch.export.graph_signature import InputKind as _InputKind
+from torch.export.graph_signature import OutputKind as _OutputKind
 
 import luminal
 
@@ -37,11 +40,11 @@ DEFAULT_OPTIONS = {"search_budget": 1, "runtime": "reference"}
 
 
 def _compile_options(translation: Translation, opts: dict) -> luminal.CompileOptions:
-    o = luminal.CompileOptions(search_graph_limit=int(opts.get("search_budget", DEFAULT_OPTIONS["search_budget"])),
-                               seed=int(opts.get("seed", 0)), verbose=bool(opts.get("verbose", False)))
+    kwargs = {"search_graph_limit": int(opts.get("search_budget", DEFAULT_OPTIONS["search_budget"])),
+              "seed": int(opts.get("seed", 0)), "verbose": bool(opts.get("verbose", False))}
     if "search_time_limit_s" in opts:
-        o = luminal.CompileOptions(search_graph_limit=o.search_graph_limit, seed=o.seed, verbose=o.verbose,
-                                   search_time_limit_s=float(opts["search_time_limit_s"]))
+        kwargs["search_time_limit_s"] = float(opts["search_time_limit_s"])
+    o = luminal.CompileOptions(**kwargs)
     for name, (hint, lo, hi) in translation.dims.items():
         lo = max(lo, 0)
         hi = max(hi, lo)
@@ -166,9 +169,6 @@ class CompiledModule:
                     self.program.mark_current(slots[target], dest)
         user = [outs[i] for i in self._user_outputs]
         return pytree.tree_unflatten(user, self.exported.call_spec.out_spec)
-
-
-from torch.export.graph_signature import InputKind as _InputKind, OutputKind as _OutputKind  # noqa: E402
 
 
 def compile(model: torch.nn.Module, example_inputs: Sequence[Any], dynamic_shapes: Any = None, *,

@@ -27,10 +27,6 @@ def register(*ops):
     return deco
 
 
-class _Unsupported(NotImplementedError):
-    pass
-
-
 def unsupported(msg: str):
     from ._translate import UnsupportedOpError
 
@@ -80,11 +76,6 @@ def broadcast_to(t, x: GT, shape: list) -> GT:
     return x if list(x.shape) == list(shape) else x.expand(shape)
 
 
-def compute_dtype(node, *xs) -> luminal.DType:
-    """The dtype arithmetic runs in: the output dtype for arithmetic ops."""
-    return out_dtype(node)
-
-
 def common_dtype(a, b) -> luminal.DType:
     """PyTorch's promotion for a comparison: tensors promote; a float scalar lifts an
     integer tensor to float32."""
@@ -98,15 +89,11 @@ def common_dtype(a, b) -> luminal.DType:
     return x.dtype
 
 
-def scalar_of(x):
-    return x
-
-
 # ---- elementwise arithmetic ------------------------------------------------------------
 
 def _arith(fn):
     def translate(t, node, a, b, *, alpha=1, rounding_mode=None, **_):
-        dt = compute_dtype(node)
+        dt = out_dtype(node)  # arithmetic runs in the dtype PyTorch computes
         if rounding_mode is not None:
             dt = luminal.promote(a.dtype if is_tensor(a) else dt, b.dtype if is_tensor(b) else dt)
         x, y = as_tensor(t, a, dt), as_tensor(t, b, dt)
@@ -166,16 +153,10 @@ for _name in ("eq", "ne", "lt", "le", "gt", "ge"):
 
 def _logic(method):
     def translate(t, node, a, b):
-        if (is_tensor(a) and a.dtype != DT.Bool) or (is_tensor(b) and b.dtype != DT.Bool):
-            if method in ("logical_and", "logical_or") and node.target.__name__.startswith("logical"):
-                pass
-            elif node.target.__name__.startswith("bitwise"):
-                unsupported("bitwise ops on integer tensors (only on bool)")
-        x = as_tensor(t, a, DT.Bool)
-        y = as_tensor(t, b, DT.Bool)
-        if method == "logical_xor":
-            return x.ne(y)
-        return getattr(x, method)(y)
+        if node.target.__name__.startswith("bitwise") and any(is_tensor(v) and v.dtype != DT.Bool for v in (a, b)):
+            unsupported("bitwise ops on integer tensors (only on bool)")
+        x, y = as_tensor(t, a, DT.Bool), as_tensor(t, b, DT.Bool)
+        return x.ne(y) if method == "logical_xor" else getattr(x, method)(y)
     return translate
 
 
@@ -1018,3 +999,21 @@ def _diagonal(t, node, x, offset=0, dim1=0, dim2=1):
         unsupported("an empty diagonal")
     flat = y.reshape(list(y.shape[:-2]) + [a * b]).contiguous()
     return flat.slice(flat.rank - 1, start, start + (length - 1) * (b + 1) + 1, b + 1)
+
+
+@register(aten.avg_pool1d.default)
+def _avg_pool1d(t, node, x, kernel, stride=(), padding=0, ceil_mode=False, count_include_pad=True):
+    if ceil_mode or (not count_include_pad and _pair(padding)[0] != 0):
+        unsupported("avg_pool1d with ceil_mode or count_include_pad=False")
+    k = _pair(kernel)[0]
+    s = _pair(stride, (k, k))[0]
+    return x.unsqueeze(x.rank - 1).avg_pool2d((1, k), (1, s), (0, _pair(padding)[0])).squeeze(x.rank - 1)
+
+
+@register(aten.adaptive_avg_pool1d.default)
+def _adaptive_avg_pool1d(t, node, x, output_size):
+    (o,) = output_size
+    n = int(x.shape[-1])
+    if n % o:
+        unsupported(f"adaptive_avg_pool1d from {n} to {o} (sizes must divide)")
+    return x.unsqueeze(x.rank - 1).avg_pool2d((1, n // o), (1, n // o), (0, 0)).squeeze(x.rank - 1)
