@@ -94,7 +94,7 @@ def test_hf_llama_static_cache_decodes_32_tokens_on_one_decode_compile():
         rows, tok, pos = [], prompt, torch.arange(5)
         with torch.no_grad():
             for _ in range(steps + 1):
-                logits = m(input_ids=tok, past_key_values=cache, cache_position=pos, use_cache=True).logits
+                logits = m(input_ids=tok, cache=cache, cache_position=pos, use_cache=True).logits
                 rows.append(logits[:, -1])
                 tok, pos = logits[:, -1:].argmax(-1), pos[-1:] + 1
         return torch.cat(rows)
