@@ -42,8 +42,9 @@ def test_dynamic_sequence_length_does_not_recompile():
         with torch.no_grad():
             close(compiled(x), model(x))
     assert lt.stats["compiles"] == before
-    dims = compiled.runtime.report
-    assert dims is not None
+    (dim,) = compiled.program.t.dims.values()  # one luminal dim, bucketed over the exported range
+    assert dim[1:] == (2, 32)
+    assert compiled.runtime.report.plans == 1
 
 
 class StaticCacheDecoder(nn.Module):
@@ -107,7 +108,7 @@ def test_pass_through_and_aliased_outputs_survive():
     close(z1, x * 2)
     close(z2, x * 2)
     close(yv, y.view(-1))
-    close(w, model.w.detach()) if not w.requires_grad else close(w.detach(), model.w.detach())
+    assert w is model.w  # a parameter passed through is the model's own tensor
 
 
 class UsesUnsupported(nn.Module):
