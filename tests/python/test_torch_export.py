@@ -279,3 +279,22 @@ def test_search_budget_and_runtime_options():
     with pytest.raises(ValueError, match="unknown runtime 'nope'"):
         lt.compile(model, (x,), runtime="nope")
     assert "reference" in [r["name"] for r in luminal.runtimes()]
+
+
+class WritesItsInput(nn.Module):
+    def forward(self, cache, rows, pos):
+        cache.index_copy_(0, pos, rows * 2)
+        return cache.sum(0)
+
+
+def test_user_input_mutations_are_copied_back():
+    cache, rows, pos = torch.zeros(6, 3), _data((2, 3)), torch.tensor([4, 1])
+    compiled = lt.compile(WritesItsInput(), (cache.clone(), rows, pos))
+    eager_cache = cache.clone()
+    out = compiled(cache, rows, pos)
+    close(out, WritesItsInput()(eager_cache, rows, pos))
+    close(cache, eager_cache)
+    # The next call sees the caller's updated tensor (its version moved).
+    rows2, pos2 = _data((2, 3), seed=5), torch.tensor([0, 4])
+    close(compiled(cache, rows2, pos2), WritesItsInput()(eager_cache, rows2, pos2))
+    close(cache, eager_cache)
