@@ -67,6 +67,7 @@ def main():
             ref = model(*inputs)
             out = compiled(*inputs)
             err = (out.double() - ref.double()).abs().max().item()
+            rel = err / max(ref.double().abs().max().item(), 1e-30)
             ours = time_ms(compiled, inputs)
             peers = {"eager": time_ms(model, inputs)}
             try:
@@ -75,7 +76,7 @@ def main():
                 peers["inductor"] = time_ms(inductor, inputs)
             except Exception as e:  # inductor needs a working C++ toolchain
                 print(f"suite_torch: inductor failed on {name}: {type(e).__name__}", file=sys.stderr)
-        emit(name, ours, peers, max_abs_error=err, compile_s=round(compile_s, 3))
+        emit(name, ours, peers, max_abs_error=err, max_rel_error=rel, compile_s=round(compile_s, 3))
 
 
 if __name__ == "__main__":
