@@ -22,7 +22,10 @@ sys.path.insert(0, str(ROOT / "tests" / "python"))
 import torch  # noqa: E402
 
 import luminal.torch as lt  # noqa: E402
-from test_torch_corpus import CORPUS  # noqa: E402
+from test_torch_corpus import CORPUS, mini_dlrm  # noqa: E402
+
+# The reference's DLRM benchmark runs batch 2048 (tests use a small batch).
+CASES = dict(CORPUS, mini_dlrm_b2048=lambda: mini_dlrm(batch=2048))
 
 RUNTIME = os.environ.get("LUMINAL_BENCH_RUNTIME", "reference")
 
@@ -49,12 +52,12 @@ def emit(case, value, peers, **extra):
 
 
 def main():
-    cases = sys.argv[1:] or list(CORPUS)
+    cases = sys.argv[1:] or list(CASES)
     # One thread for every contender: the reference runtime is single-threaded, and on a
     # shared machine PyTorch's thread pool measures the neighbours more than the model.
     torch.set_num_threads(int(os.environ.get("LUMINAL_BENCH_THREADS", "1")))
     for name in cases:
-        model, inputs = CORPUS[name]()
+        model, inputs = CASES[name]()
         try:
             t0 = time.perf_counter()
             compiled = lt.compile(model, inputs, runtime=RUNTIME)

@@ -78,9 +78,8 @@ class MiniDLRM(nn.Module):
         return torch.sigmoid(self.top(torch.cat([x, pairs], dim=1)))
 
 
-def mini_dlrm():
+def mini_dlrm(batch=8):
     _seeded()
-    batch = 8
     sparse = torch.stack([torch.randint(0, n, (batch,)) for n in (10, 20, 30)], dim=1)
     return _randomized(MiniDLRM()), (torch.randn(batch, 13), sparse)
 
