@@ -26,6 +26,8 @@ from ._luminal import (  # noqa: F401  (the public API)
     scalar_like,
 )
 
+__version__ = "0.1.0"
+
 __all__ = [
     "CompileOptions", "CompileReport", "DimBucket", "DType", "Error", "Expression", "Graph", "GraphTensor",
     "Runtime", "broadcast_shapes", "compile", "dtype_bytes", "is_float", "models", "parse_dtype", "promote",

@@ -131,6 +131,14 @@ def test_tensor_on_another_device_is_an_error_not_a_move():
         compiled(torch.randn(1, 3, device="meta"))
 
 
+def test_input_of_another_dtype_or_static_size_is_an_error():
+    compiled = lt.compile(nn.Linear(3, 2).eval(), (torch.randn(4, 3),))
+    with pytest.raises(ValueError, match=r"dtype torch.float64.*compiled for torch.float32"):
+        compiled(torch.randn(4, 3, dtype=torch.float64))
+    with pytest.raises(ValueError, match=r"shape \[5, 3\]"):
+        compiled(torch.randn(5, 3))
+
+
 def test_wrong_input_count_is_an_error():
     compiled = lt.compile(nn.Linear(3, 2).eval(), (torch.randn(1, 3),))
     with pytest.raises(TypeError, match="takes 1 inputs"):

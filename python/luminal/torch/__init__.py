@@ -103,8 +103,29 @@ class _Program:
         except RuntimeError:
             self.uploaded.pop(slot, None)
 
+    def check_inputs(self, args: Sequence[Any]) -> None:
+        """Inputs must match what was compiled: a float64 tensor fed to a float32 graph, or
+        another size where the size is static, would otherwise be converted silently."""
+        for inp in self.t.inputs:
+            if inp.kind != "user":
+                continue
+            x = args[inp.index]
+            if not isinstance(x, torch.Tensor):
+                raise TypeError(f"luminal.torch: input {inp.index} must be a tensor, got {type(x).__name__}")
+            want = [int(s) if s.is_constant() else None for s in inp.tensor.shape]
+            if x.dtype != inp.dtype or x.dim() != len(want) or any(
+                    w is not None and w != n for w, n in zip(want, x.shape)):
+                shown = ["*" if w is None else w for w in want]
+                raise ValueError(f"luminal.torch: input {inp.index} has dtype {x.dtype} and shape {list(x.shape)}; "
+                                 f"the model was compiled for {inp.dtype} and shape {shown} (* is dynamic)")
+        for index, value in self.t.int_inputs.items():
+            if args[index] != value:
+                raise ValueError(f"luminal.torch: input {index} was specialised to {value} when compiling; "
+                                 f"got {args[index]}")
+
     def run(self, args: Sequence[Any], params: dict[str, torch.Tensor]) -> list:
         self.check_device([a for a in args if isinstance(a, torch.Tensor)], "input")
+        self.check_inputs(args)
         for slot, inp in enumerate(self.t.inputs):
             value = args[inp.index] if inp.kind == "user" else params[inp.name]
             self._upload(slot, inp, value)

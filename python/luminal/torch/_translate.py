@@ -91,6 +91,8 @@ class Translation:
     dims: dict[str, tuple[int, int, int]] = field(default_factory=dict)
     dim_sources: dict[str, tuple[int, int | None]] = field(default_factory=dict)
     ops_used: set[str] = field(default_factory=set)
+    # User inputs that were specialised to a Python int: the value they must keep.
+    int_inputs: dict[int, int] = field(default_factory=dict)
 
 
 class Translator:
@@ -169,6 +171,8 @@ class Translator:
 
     def _placeholder(self, node, kind, name, index):
         val = node.meta.get("val")
+        if isinstance(val, int) and index >= 0:
+            self.result.int_inputs[index] = val
         if isinstance(val, torch.SymInt) or isinstance(val, int):
             expr = self.size(val)
             if isinstance(expr, luminal.Expression) and not expr.is_constant():
