@@ -306,3 +306,32 @@ def test_user_input_mutations_are_copied_back():
     rows2, pos2 = _data((2, 3), seed=5), torch.tensor([0, 4])
     close(compiled(cache, rows2, pos2), WritesItsInput()(eager_cache, rows2, pos2))
     close(cache, eager_cache)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float64])
+def test_nn_ops_in_low_and_high_precision(dtype):
+    fn = lambda a, b, w: nn.functional.layer_norm(a @ b, (5,), w, None).softmax(-1).sum(0)  # noqa: E731
+    inputs = (_data((3, 4), dtype, 0), _data((4, 5), dtype, 1), _data((5,), dtype, 2))
+    compiled = lt.compile(Fn(fn), inputs)
+    # The reference runtime rounds every op's result to the dtype, as PyTorch's CPU kernels
+    # mostly do; fused kernels may round less often, hence the tolerance.
+    close(compiled(*inputs), fn(*inputs), tol={torch.float16: 2e-2, torch.bfloat16: 6e-2}.get(dtype, 1e-9))
+
+
+class StridedWeight(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(5, 4).t())  # a non-contiguous parameter
+
+    def forward(self, x):
+        return x @ self.w
+
+
+def test_non_contiguous_parameter_crosses_correctly():
+    torch.manual_seed(0)
+    model = StridedWeight().eval()
+    assert not model.w.is_contiguous()
+    x = torch.randn(2, 4)
+    compiled = lt.compile(model, (x,))
+    with torch.no_grad():
+        close(compiled(x), model(x))
