@@ -114,3 +114,12 @@ def test_generate_with_the_shipped_model():
     assert result.stop_reason in ("max_tokens", "stop_token")
     assert isinstance(tok.decode(result.tokens), str)
     assert gen.architecture == "LlamaForCausalLM"
+
+
+def test_type_stubs_ship_with_the_package():
+    from pathlib import Path
+
+    here = Path(luminal.__file__).parent
+    stub = (here / "_luminal.pyi").read_text()
+    assert (here / "py.typed").exists()
+    assert "class GraphTensor" in stub and "def matmul" in stub and "def compile" in stub
