@@ -1,0 +1,30 @@
+// The runtime registry. A new backend registers here (one line); Python reaches it as
+// Graph.compile(runtime="name") without any other binding change.
+#include "bindings.hpp"
+
+#include "luminal/error.hpp"
+
+namespace luminal::python {
+
+std::vector<RuntimeEntry>& runtime_registry() {
+  static std::vector<RuntimeEntry> entries;
+  return entries;
+}
+
+const RuntimeEntry& find_runtime(const std::string& name) {
+  std::string known;
+  for (const auto& e : runtime_registry()) {
+    if (e.name == name) return e;
+    known += (known.empty() ? "" : ", ") + e.name;
+  }
+  fail("unknown runtime '", name, "' (available: ", known, ")");
+}
+
+void register_builtin_runtimes() {
+  auto& r = runtime_registry();
+  if (!r.empty()) return;
+  r.push_back({"reference", "cpu", "double-precision interpreter (slow, exact; every backend is tested against it)",
+               [] { return std::make_unique<ReferenceRuntime>(); }});
+}
+
+}  // namespace luminal::python

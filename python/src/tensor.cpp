@@ -1,0 +1,186 @@
+// GraphTensor: the tensor API of include/luminal/tensor.hpp.
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/pair.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/string_view.h>
+#include <nanobind/stl/vector.h>
+
+#include "bindings.hpp"
+
+namespace luminal::python {
+namespace {
+
+using T = GraphTensor;
+using OptT = std::optional<GraphTensor>;
+constexpr auto tie = nb::call_policy<TiesToGraph>();
+
+// Reduction axes from Python: None (every axis), an int or a sequence of ints.
+std::vector<int> axes_of(const T& t, const nb::handle& axes) {
+  std::vector<int> out;
+  if (axes.is_none()) {
+    for (size_t i = 0; i < t.rank(); ++i) out.push_back(static_cast<int>(i));
+  } else if (nb::isinstance<nb::int_>(axes)) {
+    out.push_back(nb::cast<int>(axes));
+  } else {
+    out = nb::cast<std::vector<int>>(axes);
+  }
+  return out;
+}
+
+template <class Method>
+auto reduction(Method method) {
+  return [method](const T& t, nb::handle axes, bool keepdim) { return (t.*method)(axes_of(t, axes), keepdim); };
+}
+
+}  // namespace
+
+void bind_tensor(nb::module_& m) {
+  nb::class_<T> c(m, "GraphTensor", "A lazy tensor of a Graph. Ops build nodes; nothing runs until execute.");
+  c.def_prop_ro("id", &T::id)
+      .def_prop_ro("dtype", &T::dtype)
+      .def_prop_ro("shape", &T::shape)
+      .def_prop_ro("rank", &T::rank)
+      .def_prop_ro("ndim", &T::rank)
+      .def("dim", &T::dim, "axis"_a)
+      .def("numel", &T::numel)
+      .def("__repr__", [](const T& t) {
+        return "GraphTensor(id=" + std::to_string(t.id()) + ", shape=" + to_string(t.shape()) + ", dtype=" +
+               std::string(dtype_name(t.dtype())) + ")";
+      })
+      // marking
+      .def("output", nb::overload_cast<>(&T::output, nb::const_), tie, "Keep readable after execute.")
+      .def("output", nb::overload_cast<std::string>(&T::output, nb::const_), "name"_a, tie)
+      .def("persist", &T::persist, tie, "Input only: the buffer survives executions (weights, caches).")
+      .def("contiguous", &T::contiguous, tie);
+
+  // Arithmetic with a tensor or a Python number on either side.
+#define LUMINAL_PY_BINARY(py, rpy, op)                                                          \
+  c.def(py, [](const T& a, const T& b) { return a op b; }, tie)                                 \
+      .def(py, [](const T& a, double b) { return a op b; }, tie)                                \
+      .def(rpy, [](const T& a, double b) { return scalar_like(a, b) op a; }, tie);
+  LUMINAL_PY_BINARY("__add__", "__radd__", +)
+  LUMINAL_PY_BINARY("__sub__", "__rsub__", -)
+  LUMINAL_PY_BINARY("__mul__", "__rmul__", *)
+  LUMINAL_PY_BINARY("__truediv__", "__rtruediv__", /)
+  LUMINAL_PY_BINARY("__mod__", "__rmod__", %)
+#undef LUMINAL_PY_BINARY
+  c.def("__neg__", [](const T& a) { return -a; }, tie)
+      .def("__matmul__", &T::matmul, tie)
+      .def("__floordiv__", &T::floor_div, tie)
+      .def("__pow__", nb::overload_cast<const T&>(&T::pow, nb::const_), tie)
+      .def("__pow__", nb::overload_cast<double>(&T::pow, nb::const_), tie)
+      .def("floor_div", &T::floor_div, "other"_a, tie)
+      .def("pow", nb::overload_cast<const T&>(&T::pow, nb::const_), "exponent"_a, tie)
+      .def("pow", nb::overload_cast<double>(&T::pow, nb::const_), "exponent"_a, tie)
+      .def("minimum", nb::overload_cast<const T&>(&T::minimum, nb::const_), "other"_a, tie)
+      .def("minimum", nb::overload_cast<double>(&T::minimum, nb::const_), "other"_a, tie)
+      .def("maximum", nb::overload_cast<const T&>(&T::maximum, nb::const_), "other"_a, tie)
+      .def("maximum", nb::overload_cast<double>(&T::maximum, nb::const_), "other"_a, tie)
+      .def("clamp", &T::clamp, "min"_a = nb::none(), "max"_a = nb::none(), tie);
+
+  // Elementwise functions without arguments.
+#define LUMINAL_PY_UNARY(name) c.def(#name, &T::name, tie);
+  LUMINAL_PY_UNARY(abs) LUMINAL_PY_UNARY(sign) LUMINAL_PY_UNARY(exp) LUMINAL_PY_UNARY(exp2)
+  LUMINAL_PY_UNARY(log) LUMINAL_PY_UNARY(log2) LUMINAL_PY_UNARY(sin) LUMINAL_PY_UNARY(cos)
+  LUMINAL_PY_UNARY(tan) LUMINAL_PY_UNARY(sqrt) LUMINAL_PY_UNARY(rsqrt) LUMINAL_PY_UNARY(reciprocal)
+  LUMINAL_PY_UNARY(floor) LUMINAL_PY_UNARY(ceil) LUMINAL_PY_UNARY(round) LUMINAL_PY_UNARY(erf)
+  LUMINAL_PY_UNARY(tanh) LUMINAL_PY_UNARY(sigmoid) LUMINAL_PY_UNARY(relu) LUMINAL_PY_UNARY(gelu)
+  LUMINAL_PY_UNARY(gelu_tanh) LUMINAL_PY_UNARY(silu) LUMINAL_PY_UNARY(logical_not) LUMINAL_PY_UNARY(t)
+#undef LUMINAL_PY_UNARY
+  c.def("leaky_relu", &T::leaky_relu, "negative_slope"_a = 0.01, tie)
+      .def("softplus", &T::softplus, "beta"_a = 1.0, "threshold"_a = 20.0, tie)
+      .def("cast", &T::cast, "dtype"_a, tie);
+
+  // Comparisons and logic (Bool results).
+#define LUMINAL_PY_COMPARE(name, dunder)                                                      \
+  c.def(#name, nb::overload_cast<const T&>(&T::name, nb::const_), "other"_a, tie)            \
+      .def(#name, nb::overload_cast<double>(&T::name, nb::const_), "other"_a, tie)          \
+      .def(dunder, nb::overload_cast<const T&>(&T::name, nb::const_), tie)                  \
+      .def(dunder, nb::overload_cast<double>(&T::name, nb::const_), tie);
+  LUMINAL_PY_COMPARE(lt, "__lt__") LUMINAL_PY_COMPARE(le, "__le__") LUMINAL_PY_COMPARE(gt, "__gt__")
+  LUMINAL_PY_COMPARE(ge, "__ge__")
+#undef LUMINAL_PY_COMPARE
+  // eq/ne stay methods: == on tensors keeps Python's identity meaning (hashing, `in`).
+  c.def("eq", nb::overload_cast<const T&>(&T::eq, nb::const_), "other"_a, tie)
+      .def("eq", nb::overload_cast<double>(&T::eq, nb::const_), "other"_a, tie)
+      .def("ne", nb::overload_cast<const T&>(&T::ne, nb::const_), "other"_a, tie)
+      .def("ne", nb::overload_cast<double>(&T::ne, nb::const_), "other"_a, tie)
+      .def("logical_and", &T::logical_and, "other"_a, tie)
+      .def("logical_or", &T::logical_or, "other"_a, tie)
+      .def("where", nb::overload_cast<const T&, const T&>(&T::where, nb::const_), "a"_a, "b"_a, tie,
+           "self ? a : b (self is the condition)")
+      .def_static("select", nb::overload_cast<const T&, const T&, const T&>(&T::where), "cond"_a, "a"_a, "b"_a,
+                  tie, "cond ? a : b, broadcasting all three");
+
+  // Reductions: axes None (all), an int or a list.
+#define LUMINAL_PY_REDUCE(name) \
+  c.def(#name, reduction(&T::name), "axes"_a = nb::none(), "keepdim"_a = false, tie);
+  LUMINAL_PY_REDUCE(sum) LUMINAL_PY_REDUCE(mean) LUMINAL_PY_REDUCE(max) LUMINAL_PY_REDUCE(min)
+  LUMINAL_PY_REDUCE(prod) LUMINAL_PY_REDUCE(logsumexp)
+#undef LUMINAL_PY_REDUCE
+  c.def("var", [](const T& t, nb::handle axes, bool keepdim, int correction) {
+         return t.var(axes_of(t, axes), keepdim, correction);
+       }, "axes"_a = nb::none(), "keepdim"_a = false, "correction"_a = 1, tie)
+      .def("std", [](const T& t, nb::handle axes, bool keepdim, int correction) {
+             return t.std(axes_of(t, axes), keepdim, correction);
+           }, "axes"_a = nb::none(), "keepdim"_a = false, "correction"_a = 1, tie)
+      .def("argmax", &T::argmax, "axis"_a, "keepdim"_a = false, tie)
+      .def("argmin", &T::argmin, "axis"_a, "keepdim"_a = false, tie)
+      .def("cumsum", &T::cumsum, "axis"_a, tie)
+      .def("softmax", &T::softmax, "axis"_a, tie)
+      .def("log_softmax", &T::log_softmax, "axis"_a, tie)
+      .def("layer_norm", &T::layer_norm, "normalized_rank"_a, "weight"_a = nb::none(), "bias"_a = nb::none(),
+           "eps"_a = 1e-5, tie)
+      .def("rms_norm", &T::rms_norm, "normalized_rank"_a, "weight"_a = nb::none(), "eps"_a = 1e-6, tie);
+
+  // Linear algebra, convolution, pooling.
+  c.def("matmul", &T::matmul, "other"_a, tie)
+      .def("linear", &T::linear, "weight"_a, "bias"_a = nb::none(), tie)
+      .def("conv1d", &T::conv1d, "weight"_a, "bias"_a = nb::none(), "stride"_a = 1, "padding"_a = 0,
+           "dilation"_a = 1, "groups"_a = 1, tie)
+      .def("conv2d", &T::conv2d, "weight"_a, "bias"_a = nb::none(), "stride"_a = std::pair{1, 1},
+           "padding"_a = std::pair{0, 0}, "dilation"_a = std::pair{1, 1}, "groups"_a = 1, tie)
+      .def("max_pool2d", &T::max_pool2d, "kernel"_a, "stride"_a = std::pair{0, 0}, "padding"_a = std::pair{0, 0}, tie)
+      .def("avg_pool2d", &T::avg_pool2d, "kernel"_a, "stride"_a = std::pair{0, 0}, "padding"_a = std::pair{0, 0}, tie);
+
+  // Movement.
+  c.def("reshape", &T::reshape, "shape"_a, tie)
+      .def("permute", &T::permute, "axes"_a, tie)
+      .def("transpose", &T::transpose, "a"_a, "b"_a, tie)
+      .def("expand", &T::expand, "shape"_a, tie)
+      .def("expand_dim", &T::expand_dim, "axis"_a, "size"_a, tie)
+      .def("unsqueeze", &T::unsqueeze, "axis"_a, tie)
+      .def("squeeze", nb::overload_cast<int>(&T::squeeze, nb::const_), "axis"_a, tie)
+      .def("squeeze", nb::overload_cast<>(&T::squeeze, nb::const_), tie)
+      .def("flatten", &T::flatten, "start"_a = 0, "end"_a = -1, tie)
+      .def("slice", nb::overload_cast<int, int64_t, std::optional<int64_t>, int64_t>(&T::slice, nb::const_),
+           "axis"_a, "start"_a, "end"_a = nb::none(), "step"_a = 1, tie)
+      .def("slice", nb::overload_cast<int, const Expression&, const Expression&, int64_t>(&T::slice, nb::const_),
+           "axis"_a, "start"_a, "end"_a, "step"_a = 1, tie)
+      .def("narrow", &T::narrow, "axis"_a, "start"_a, "length"_a, tie)
+      .def("pad", &T::pad, "axis"_a, "before"_a, "after"_a, "value"_a = 0.0, tie)
+      .def_static("concat", &T::concat, "tensors"_a, "axis"_a, tie)
+      .def_static("stack", &T::stack, "tensors"_a, "axis"_a, tie)
+      .def("split", &T::split, "sizes"_a, "axis"_a, tie)
+      .def("chunk", &T::chunk, "chunks"_a, "axis"_a, tie)
+      .def("repeat", &T::repeat, "times"_a, tie)
+      .def("flip", &T::flip, "axes"_a, tie)
+      .def("tril", &T::tril, "diagonal"_a = 0, tie)
+      .def("triu", &T::triu, "diagonal"_a = 0, tie);
+
+  // Indexing.
+  c.def("gather", &T::gather, "axis"_a, "index"_a, tie)
+      .def("scatter", &T::scatter, "axis"_a, "index"_a, "src"_a, tie)
+      .def("index_select", &T::index_select, "axis"_a, "index"_a, tie)
+      .def("embedding", &T::embedding, "ids"_a, tie, "self is the (vocab, dim) table")
+      .def("one_hot", &T::one_hot, "num_classes"_a, tie)
+      .def("topk", &T::topk, "k"_a, "axis"_a = -1, "largest"_a = true, tie)
+      .def("argsort", &T::argsort, "axis"_a = -1, "descending"_a = false, tie)
+      .def("sort", &T::sort, "axis"_a = -1, "descending"_a = false, tie);
+
+  m.def("scalar_like", &scalar_like, "like"_a, "value"_a, tie,
+        "A broadcast constant with the dtype of `like`.");
+  m.def("broadcast_shapes", &broadcast_shapes, "a"_a, "b"_a);
+}
+
+}  // namespace luminal::python
