@@ -173,7 +173,10 @@ void bind_runtime(nb::module_& m) {
       .def("profile", [](PyRuntime& r, const std::map<std::string, int64_t>& dims, int trials, double timeout_s) {
              DimMap d = dims_from(r, dims);
              nb::gil_scoped_release release;
-             auto p = r.runtime->profile(d, trials, std::chrono::duration<double>(timeout_s));
+             ProfileOptions po;
+             po.trials = trials;
+             po.timeout = std::chrono::duration<double>(timeout_s);
+             auto p = r.runtime->profile(d, po);
              return p.seconds;
            }, "dims"_a = std::map<std::string, int64_t>{}, "trials"_a = 3, "timeout_s"_a = 60.0,
            "Seconds per execution over `trials` runs.")

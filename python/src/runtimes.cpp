@@ -2,6 +2,7 @@
 // Graph.compile(runtime="name") without any other binding change.
 #include "bindings.hpp"
 
+#include "luminal/cpu/cpu_runtime.hpp"
 #include "luminal/error.hpp"
 
 namespace luminal::python {
@@ -25,6 +26,8 @@ void register_builtin_runtimes() {
   if (!r.empty()) return;
   r.push_back({"reference", "cpu", "double-precision interpreter (slow, exact; every backend is tested against it)",
                [] { return std::make_unique<ReferenceRuntime>(); }});
+  r.push_back({"cpu", "cpu", "the CPU backend: compiled fused kernels, our GEMM and OpenBLAS, one thread pool",
+               [] { return std::make_unique<cpu::CpuRuntime>(); }});
 }
 
 }  // namespace luminal::python
