@@ -302,3 +302,15 @@ TEST(Soundness, ModAndFloorDivWithNegatives) {
   EXPECT_EQ(rt.get_i32(ri), (std::vector<int32_t>{1, 2, -2, -1, 0, 3, 0, 1, -1}));
   EXPECT_EQ(rt.get_i32(qi), (std::vector<int32_t>{2, -3, -3, 2, 0, -1, -5, -715827883, -1073741824}));
 }
+
+// A Constant -0.0 survives the e-graph: it used to become 0.0 (one zero per f64 value),
+// so every extracted program computed x + 0.0 for x + (-0.0).
+TEST(Soundness, NegativeZeroConstantSurvivesTheEGraph) {
+  Graph cx;
+  auto x = cx.tensor({3});
+  auto y = (x + cx.constant(-0.0).expand({3})).output();
+  auto rt = cx.compile(ReferenceRuntime{}, CompileOptions().trials(1));
+  rt.set_data(x, {-0.f, 0.f, -2.f});
+  rt.execute(cx.dim_map());
+  expect_same(rt.get_f32(y), {-0.f, 0.f, -2.f}, "x + (-0.0)");
+}
