@@ -314,3 +314,11 @@ TEST(Soundness, NegativeZeroConstantSurvivesTheEGraph) {
   rt.execute(cx.dim_map());
   expect_same(rt.get_f32(y), {-0.f, 0.f, -2.f}, "x + (-0.0)");
 }
+
+TEST(Soundness, IndexErrorsNameTheUsersOp) {
+  Graph cx;
+  auto t = cx.tensor({4, 3});
+  auto f = cx.tensor({2});
+  EXPECT_EQ(error_of([&] { t.index_select(0, f); }), "index_select: index must be an integer tensor, got F32");
+  EXPECT_EQ(error_of([&] { t.gather(0, f); }), "gather: index must be an integer tensor, got F32");
+}
