@@ -307,7 +307,10 @@ Buffer ReferenceRuntime::State::eval_sum_of_mul(const Node& sum, const DimMap& d
       LUMINAL_CHECK(p < mul_numel, "SumReduce reads past its input");
       int64_t pa = va.phys_flat(p, scratch), pb = vb.phys_flat(p, scratch);
       if (fl) accf += round_to_float_dtype(readf(a, pa) * readf(b, pb), mul.dtype);
-      else acci += wrap_to_int_dtype(readi(a, pa) * readi(b, pb), mul.dtype);
+      else {  // integers wrap (in uint64: signed overflow would be undefined)
+        int64_t prod = wrap_to_int_dtype(static_cast<int64_t>(static_cast<uint64_t>(readi(a, pa)) * static_cast<uint64_t>(readi(b, pb))), mul.dtype);
+        acci = static_cast<int64_t>(static_cast<uint64_t>(acci) + static_cast<uint64_t>(prod));
+      }
     }
     if (fl) out.f[flat] = round_to_float_dtype(accf, sum.dtype);
     else out.i[flat] = wrap_to_int_dtype(acci, sum.dtype);
