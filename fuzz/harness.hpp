@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -26,13 +27,21 @@ namespace luminal::fuzz {
 
 // A scratch directory per process, for the readers that take paths.
 inline std::string write_scratch(const std::string& name, const uint8_t* data, size_t size) {
-  static const std::string dir = [] {
-    std::string d = std::string(access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp") + "/luminal_fuzz_" +
-                    std::to_string(getpid());
-    if (std::system(("mkdir -p " + d).c_str()) != 0) std::abort();
-    return d;
-  }();
-  std::string path = dir + "/" + name;
+  // Removed when the process exits.
+  struct Scratch {
+    std::filesystem::path dir;
+    Scratch() {
+      dir = std::filesystem::path(access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp") /
+            ("luminal_fuzz_" + std::to_string(getpid()));
+      std::filesystem::create_directories(dir);
+    }
+    ~Scratch() {
+      std::error_code ec;
+      std::filesystem::remove_all(dir, ec);
+    }
+  };
+  static const Scratch scratch;
+  std::string path = (scratch.dir / name).string();
   std::ofstream(path, std::ios::binary | std::ios::trunc)
       .write(reinterpret_cast<const char*>(data), static_cast<std::streamsize>(size));
   return path;

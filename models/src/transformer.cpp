@@ -27,7 +27,10 @@ int64_t ConfigReader::integer(const char* key) const {
   LUMINAL_CHECK(j.contains(key) && !j[key].is_null(), where, ": missing required field '", key, "'");
   const json& v = j[key];
   if (v.is_number_integer()) return v.get<int64_t>();
-  if (v.is_number_float() && std::floor(v.get<double>()) == v.get<double>()) return static_cast<int64_t>(v.get<double>());
+  // A float holding an integer (1e3) is accepted; one past int64 (1e300) is not: the cast
+  // would be undefined.
+  if (v.is_number_float() && std::floor(v.get<double>()) == v.get<double>() && std::abs(v.get<double>()) < 9.2e18)
+    return static_cast<int64_t>(v.get<double>());
   fail(where, ": field '", key, "' must be an integer, got ", v.dump());
 }
 
@@ -65,15 +68,20 @@ std::string ConfigReader::string_or(const char* key, const std::string& fallback
 }
 
 namespace {
+// A token id: a non-negative integer that fits int32 (never silently truncated).
+int32_t token_id(const json& x, const char* what, const char* field) {
+  LUMINAL_CHECK(x.is_number_integer() && (x.is_number_unsigned() || x.get<int64_t>() >= 0) &&
+                    x.get<uint64_t>() <= static_cast<uint64_t>(INT32_MAX),
+                what, ": ", field, " entries must be token ids (integers in [0, 2^31)), got ", x.dump());
+  return static_cast<int32_t>(x.get<int64_t>());
+}
+
 std::vector<int32_t> token_ids(const json& v, const char* what) {
   std::vector<int32_t> out;
   if (v.is_null()) return out;
-  if (v.is_number_integer()) return {v.get<int32_t>()};
+  if (v.is_number_integer()) return {token_id(v, what, "eos_token_id")};
   LUMINAL_CHECK(v.is_array(), what, ": eos_token_id must be an integer or a list of integers, got ", v.dump());
-  for (const auto& x : v) {
-    LUMINAL_CHECK(x.is_number_integer(), what, ": eos_token_id entries must be integers, got ", x.dump());
-    out.push_back(x.get<int32_t>());
-  }
+  for (const auto& x : v) out.push_back(token_id(x, what, "eos_token_id"));
   return out;
 }
 }  // namespace
@@ -138,7 +146,9 @@ void parse_common(const ConfigReader& r, TransformerConfig& c) {
   for (auto [name, v] : {std::pair{"vocab_size", c.vocab_size}, {"hidden_size", c.hidden_size},
                          {"intermediate_size", c.intermediate_size}, {"num_hidden_layers", c.num_layers},
                          {"num_attention_heads", c.num_heads}, {"num_key_value_heads", c.num_kv_heads}})
-    LUMINAL_CHECK(v > 0, "config.json: ", name, " must be positive, got ", v);
+    LUMINAL_CHECK(v > 0 && v <= INT32_MAX, "config.json: ", name, " must be positive and below 2^31, got ", v);
+  // Every layer is built into the graph: a count no model has would only exhaust memory.
+  LUMINAL_CHECK(c.num_layers <= 4096, "config.json: num_hidden_layers must be at most 4096, got ", c.num_layers);
   LUMINAL_CHECK(c.num_heads % c.num_kv_heads == 0, "config.json: num_attention_heads (", c.num_heads,
                 ") must be a multiple of num_key_value_heads (", c.num_kv_heads, ")");
   if (auto hd = r.optional_integer("head_dim")) {
@@ -148,13 +158,18 @@ void parse_common(const ConfigReader& r, TransformerConfig& c) {
                   ") is not a multiple of num_attention_heads (", c.num_heads, ") and head_dim is not set");
     c.head_dim = c.hidden_size / c.num_heads;
   }
-  LUMINAL_CHECK(c.head_dim > 0 && c.head_dim % 2 == 0, "config.json: head_dim must be a positive even number, got ",
-                c.head_dim);
+  LUMINAL_CHECK(c.head_dim > 0 && c.head_dim % 2 == 0 && c.head_dim <= INT32_MAX,
+                "config.json: head_dim must be a positive even number, got ", c.head_dim);
   c.max_position_embeddings = r.integer_or("max_position_embeddings", 2048);
+  LUMINAL_CHECK(c.max_position_embeddings > 0, "config.json: max_position_embeddings must be positive, got ",
+                c.max_position_embeddings);
   c.rms_norm_eps = r.number_or("rms_norm_eps", 1e-6);
+  LUMINAL_CHECK(std::isfinite(c.rms_norm_eps) && c.rms_norm_eps >= 0,
+                "config.json: rms_norm_eps must be a finite number >= 0, got ", c.rms_norm_eps);
   c.attention_bias = r.boolean_or("attention_bias", false);
   c.tie_word_embeddings = r.boolean_or("tie_word_embeddings", c.tie_word_embeddings);
-  if (auto bos = r.optional_integer("bos_token_id")) c.bos_token_id = static_cast<int32_t>(*bos);
+  if (j.contains("bos_token_id") && !j["bos_token_id"].is_null())
+    c.bos_token_id = token_id(j["bos_token_id"], "config.json", "bos_token_id");
   if (j.contains("eos_token_id")) c.eos_token_ids = token_ids(j["eos_token_id"], "config.json");
 
   // One RoPE for every layer (Gemma overrides per layer type).
@@ -231,7 +246,7 @@ TransformerConfig load_config(const std::string& dir) {
     if (g.is_object() && g.contains("eos_token_id") && !g["eos_token_id"].is_null())
       c.eos_token_ids = detail::token_ids(g["eos_token_id"], "generation_config.json");
     if (g.is_object() && g.contains("bos_token_id") && g["bos_token_id"].is_number_integer())
-      c.bos_token_id = g["bos_token_id"].get<int32_t>();
+      c.bos_token_id = detail::token_id(g["bos_token_id"], "generation_config.json", "bos_token_id");
   }
   return c;
 }

@@ -308,7 +308,10 @@ Buffer ReferenceRuntime::State::eval_sum_of_mul(const Node& n, const DimMap& dim
       bool in_b = valid_b && (vb.valid[axis].empty() || vb.valid[axis][z]);
       int64_t pa = in_a ? base_a + oa[z] : -1, pb = in_b ? base_b + ob[z] : -1;
       if (fl) accf += round_to_float_dtype(readf(a, pa) * readf(b, pb), mul_dtype);
-      else acci += wrap_to_int_dtype(static_cast<int64_t>(static_cast<uint64_t>(readi(a, pa)) * static_cast<uint64_t>(readi(b, pb))), mul_dtype);
+      else {  // integers wrap (in uint64: signed overflow would be undefined)
+        int64_t prod = wrap_to_int_dtype(static_cast<int64_t>(static_cast<uint64_t>(readi(a, pa)) * static_cast<uint64_t>(readi(b, pb))), mul_dtype);
+        acci = static_cast<int64_t>(static_cast<uint64_t>(acci) + static_cast<uint64_t>(prod));
+      }
     }
     if (fl) out.f[flat] = round_to_float_dtype(accf, n.dtype);
     else out.i[flat] = wrap_to_int_dtype(acci, n.dtype);

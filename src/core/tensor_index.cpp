@@ -47,7 +47,7 @@ GraphTensor int_scalar(Graph& g, const Expression& value, DType dtype) {
 }
 
 GraphTensor gather_flat(const GraphTensor& data, const GraphTensor& flat_index, int axis) {
-  LUMINAL_CHECK(!is_float(flat_index.dtype()), "gather: indices must be integers, got ",
+  LUMINAL_CHECK(!is_float(flat_index.dtype()), UserOpScope::name_or("gather"), ": indices must be integers, got ",
                 dtype_name(flat_index.dtype()));
   Node n;
   n.op = OpKind::Gather;
@@ -103,8 +103,8 @@ GraphTensor axis_iota(Graph& g, const Shape& shape, int axis) {
 }
 
 void check_index(const GraphTensor& self, const GraphTensor& index, const char* op) {
-  LUMINAL_CHECK(!is_float(index.dtype()), op, ": index must be an integer tensor, got ", dtype_name(index.dtype()));
-  LUMINAL_CHECK(index.rank() == self.rank(), op, ": index ", to_string(index.shape()), " and self ",
+  LUMINAL_CHECK(!is_float(index.dtype()), UserOpScope::name_or(op), ": index must be an integer tensor, got ", dtype_name(index.dtype()));
+  LUMINAL_CHECK(index.rank() == self.rank(), UserOpScope::name_or(op), ": index ", to_string(index.shape()), " and self ",
                 to_string(self.shape()), " must have the same rank");
 }
 }  // namespace

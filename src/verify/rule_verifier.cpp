@@ -33,20 +33,9 @@ constexpr OpKind kAllOps[] = {
 #undef LUMINAL_OP
 };
 
-// Where an op keeps its payload among the constructor's arguments (hlir_egraph.hpp).
+// What an op's payload argument means. Where it sits is read from the constructor's
+// declared sorts (the IR signature, src/search/hlir_egraph.cpp), not from a copy of it.
 enum class Payload { None, Id, F64, Expr, Axis };
-Payload payload_of(OpKind op) {
-  switch (op) {
-    case OpKind::Input:
-    case OpKind::Output:
-    case OpKind::CustomOp: return Payload::Id;
-    case OpKind::Constant: return Payload::F64;
-    case OpKind::Iota: return Payload::Expr;
-    case OpKind::SumReduce:
-    case OpKind::MaxReduce: return Payload::Axis;
-    default: return Payload::None;
-  }
-}
 
 int pick(Rng& rng, int n) { return static_cast<int>(std::uniform_int_distribution<int>(0, n - 1)(rng)); }
 bool chance(Rng& rng, double p) { return std::uniform_real_distribution<double>(0, 1)(rng) < p; }
@@ -58,9 +47,22 @@ struct PatternAtom {
   int out = -1;
   std::vector<int> vars;   // per argument (declared order): the variable, or -1
   std::vector<Value> lits; // per argument: the literal when vars[i] == -1
-  size_t first_input() const { return payload_of(op) == Payload::None ? 2 : 3; }
+  Payload payload = Payload::None;  // argument 2 when not None
+  size_t first_input() const { return payload == Payload::None ? 2 : 3; }
   size_t num_inputs() const { return (vars.size() - first_input()) / 2; }
 };
+
+// The payload of constructor `id` of op `op`: (dtype shape [payload] input view ...).
+Payload payload_of(const egraph::EGraph& eg, egraph::OpId id, OpKind op) {
+  const auto& args = eg.op(id).args;
+  if (args.size() < 3 || eg.sort(args[2]).kind == egraph::ValueKind::Class) return Payload::None;
+  switch (eg.sort(args[2]).kind) {
+    case egraph::ValueKind::F64: return Payload::F64;
+    case egraph::ValueKind::Expr: return Payload::Expr;
+    case egraph::ValueKind::I64: return op_category(op) == OpCategory::Reduce ? Payload::Axis : Payload::Id;
+    default: return Payload::Id;  // unknown: left to the matcher, never drawn
+  }
+}
 
 struct Pattern {
   std::vector<PatternAtom> atoms;
@@ -97,6 +99,7 @@ Pattern analyse(const egraph::EGraph& eg, const Rule& rule) {
     }
     PatternAtom pa;
     pa.op = k->second;
+    pa.payload = payload_of(eg, a.id, pa.op);
     pa.out = a.vars[0];
     for (size_t s = 1; s < a.vars.size(); ++s) {
       pa.vars.push_back(a.vars[s]);
@@ -447,8 +450,8 @@ class Generator {
     if (a.op == OpKind::Constant && !s.empty()) return false;  // the reference reads element 0 only
     // Payload: a literal or an already bound variable stays; a free one is drawn.
     int axis = 0;
-    const bool free_payload = payload_of(a.op) != Payload::None && !get(a.vars[2], a.lits[2]);
-    switch (payload_of(a.op)) {
+    const bool free_payload = a.payload != Payload::None && !get(a.vars[2], a.lits[2]);
+    switch (a.payload) {
       case Payload::F64:
         if (free_payload) {
           auto specials = float_specials(is_float(dt) ? dt : DType::F64);
@@ -553,7 +556,7 @@ class Generator {
     }
     const PatternAtom& a = p_.atoms[def->second];
     n.op = a.op;
-    switch (payload_of(a.op)) {
+    switch (a.payload) {
       case Payload::F64: n.constant = get(a.vars[2], a.lits[2])->as_f64(); break;
       case Payload::Axis: n.axis = static_cast<int>(get(a.vars[2], a.lits[2])->as_i64()); break;
       case Payload::Expr: n.iota_expr = get(a.vars[2], a.lits[2])->as_expr(); break;

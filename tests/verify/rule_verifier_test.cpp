@@ -103,6 +103,19 @@ TEST(RuleVerifier, NamesMulOneThroughAPaddedConstant) {
   EXPECT_EQ(results[0].status, Status::Unsound);
 }
 
+// Reductions are generated too (axis payloads, reduce views of any kind).
+TEST(RuleVerifier, Reductions) {
+  std::string path = write_rules("planted_reduce.egg", R"((ruleset planted)
+(rewrite (SumReduce ?dt ?sh ?ax ?x ?v) (MaxReduce ?dt ?sh ?ax ?x ?v) :ruleset planted :name "sum-is-max")
+(rewrite (SumReduce ?dt ?sh ?ax (Mul ?mdt ?msh ?a ?va ?b ?vb) ?v) (SumReduce ?dt ?sh ?ax (Mul ?mdt ?msh ?b ?vb ?a ?va) ?v)
+         :ruleset planted :name "sum-of-mul-commute")
+)");
+  auto results = verify::verify_rule_files({path}, ReferenceRuntime{});
+  std::printf("%s", verify::format_report(results).c_str());
+  EXPECT_EQ(find(results, "sum-is-max").status, Status::Unsound);
+  EXPECT_EQ(find(results, "sum-of-mul-commute").status, Status::Sound);
+}
+
 // A rule that never fires on generated graphs is untested, never passed.
 TEST(RuleVerifier, AnUnmatchableRuleIsUntested) {
   std::string path = write_rules("planted_never.egg", R"((ruleset planted)
