@@ -1,5 +1,6 @@
 // Bad user input must raise luminal::Error naming the problem, never crash.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <fstream>
@@ -11,7 +12,7 @@ using namespace luminal;
 
 namespace {
 std::string temp_file(const std::string& name, const std::string& bytes) {
-  std::string path = ::testing::TempDir() + "/" + name;
+  std::string path = ::testing::TempDir() + "/" + std::to_string(::getpid()) + "-" + name;
   std::ofstream(path, std::ios::binary) << bytes;
   return path;
 }
@@ -59,7 +60,7 @@ TEST(Errors, MalformedSafetensors) {
 }
 
 TEST(Errors, SafetensorsShapeMismatchAndMissingTensor) {
-  std::string path = ::testing::TempDir() + "/w.safetensors";
+  std::string path = ::testing::TempDir() + "/" + std::to_string(::getpid()) + "-w.safetensors";
   std::vector<float> v = {1, 2, 3, 4, 5, 6};
   write_safetensors(path, {{"w", HostTensor::from<float>(v, DType::F32, {2, 3})}});
   Graph cx;

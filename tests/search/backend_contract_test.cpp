@@ -8,6 +8,8 @@
 #include <fstream>
 #include <random>
 
+#include <unistd.h>
+
 #include "luminal/luminal.hpp"
 #include "luminal/search/genetic.hpp"
 #include "luminal/search/hlir_egraph.hpp"
@@ -17,8 +19,10 @@ using namespace luminal;
 
 namespace {
 
+// One file per process: ctest runs the tests of this file in parallel processes, and a
+// shared path would be truncated by one while another reads it.
 std::string write_rules(const std::string& name, const std::string& text) {
-  std::string path = ::testing::TempDir() + "/" + name;
+  std::string path = ::testing::TempDir() + "/" + std::to_string(::getpid()) + "-" + name;
   std::ofstream(path) << text;
   return path;
 }

@@ -1,4 +1,5 @@
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <fstream>
@@ -127,7 +128,7 @@ class PoisonedRuntime : public ReferenceRuntime {
 }  // namespace
 
 TEST(Search, RejectsCandidatesThatProduceNaN) {
-  std::string path = ::testing::TempDir() + "/poison.egg";
+  std::string path = ::testing::TempDir() + "/" + std::to_string(::getpid()) + "-poison.egg";
   std::ofstream(path) << R"((ruleset poison)
 (rule ((= ?e (Sqrt ?dt ?sh ?x ?v)) (= ?x (Input ?dt ?sh ?id)))
       ((union ?e (Sqrt ?dt ?sh (Mul ?dt ?sh ?x ?v (Constant ?dt (empty-shape) -1.0) (broadcast-view ?sh)) ?v)))
