@@ -28,7 +28,9 @@ Payload payload_of(OpKind op) {
     case OpKind::Constant: return Payload::F64;
     case OpKind::Iota: return Payload::Expr;
     case OpKind::SumReduce:
-    case OpKind::MaxReduce: return Payload::Axis;
+    case OpKind::MaxReduce:
+    case OpKind::Gather:   // the user's axis (or -1): index bounds are checked along it
+    case OpKind::Scatter: return Payload::Axis;
     default: return Payload::None;
   }
 }

@@ -677,9 +677,12 @@ struct Verifier {
   const VerifyOptions& o;
   ReferenceRuntime reference;
 
+  // Lowered as a compile for `target` lowers it: its host primitives registered, its
+  // backend ops validated.
   search::LoweredGraph load(const Graph& g) const {
-    search::LoweredGraph lowered = search::lower_to_egraph(g);
-    for (const auto& f : files) lowered.egraph->load_file(f);
+    search::LoweredGraph lowered =
+        search::lower_to_egraph(g, [this](egraph::EGraph& eg) { target.register_primitives(eg); });
+    search::load_rule_files(lowered, files);
     return lowered;
   }
 

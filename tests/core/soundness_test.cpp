@@ -327,7 +327,7 @@ TEST(Soundness, IndexErrorsNameTheUsersOp) {
 // Node::axis of Gather/Scatter yet (src/search/hlir_egraph.cpp: Gather and Scatter have
 // no payload), so the compiled program checks only the flat range. Enable this test
 // when it does.
-TEST(Soundness, DISABLED_IndexPastItsAxisIsAnErrorThroughACompile) {
+TEST(Soundness, IndexPastItsAxisIsAnErrorThroughACompile) {
   Graph cx;
   auto d = cx.tensor({3, 2});
   auto i = cx.tensor({3, 1}, DType::I64);

@@ -1,5 +1,6 @@
 // The rule verifier over every rule file, and on planted unsound rules it must name.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <fstream>
@@ -15,10 +16,15 @@ using verify::Status;
 namespace {
 
 // Every rule file the project ships. Backends add theirs here.
-std::vector<std::string> all_rule_files() { return search::core_rule_files(); }
+// The core rules and the reference runtime's own backend rules (RefSumMul).
+std::vector<std::string> all_rule_files() {
+  auto files = search::core_rule_files();
+  for (auto& f : ReferenceRuntime{}.rule_files()) files.push_back(f);
+  return files;
+}
 
 std::string write_rules(const std::string& name, const std::string& text) {
-  std::string path = testing::TempDir() + name;
+  std::string path = testing::TempDir() + std::to_string(::getpid()) + "-" + name;
   std::ofstream(path) << text;
   return path;
 }

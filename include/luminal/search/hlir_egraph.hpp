@@ -2,7 +2,7 @@
 // datatype IR, generated from the op table:
 //   (Op dtype:String shape:ExprList [payload] input:IR view:ExprList ...)
 // where payload is Input/Output: i64 node id; Constant: f64; Iota: Expr;
-// SumReduce/MaxReduce: i64 axis; CustomOp: i64 node id (inputs as an IList).
+// SumReduce/MaxReduce/Gather/Scatter: i64 axis (-1: none); CustomOp: i64 node id (inputs as an IList).
 // Views are flattened ShapeTrackers (see encode_view), so rules can match strides.
 // Backend ops are IR constructors that a backend's rule file declares (see
 // luminal/backend_op.hpp for the convention); load_rule_files validates them.
