@@ -6,7 +6,7 @@
 #include <functional>
 #include <random>
 
-#include "../../../tests/search/test_graphs.hpp"
+#include "test_graphs.hpp"
 #include "luminal/cpu/cpu_runtime.hpp"
 #include "luminal/luminal.hpp"
 
