@@ -11,6 +11,7 @@
 
 #include "luminal/compile.hpp"
 #include "luminal/cpu/blas_gemm.hpp"
+#include "luminal/cpu/custom_kernel.hpp"
 #include "luminal/cpu/gemm.hpp"
 #include "luminal/cpu/thread_pool.hpp"
 #include "luminal/egraph/egraph.hpp"
@@ -147,6 +148,8 @@ struct Step {
   std::optional<GemmLayout> gemm;      // Gemm / BlasGemm
   std::string copy_region[2];          // Gemm: copy kernels of operands that are not linear
   std::shared_ptr<CompiledKernel> copy_kernel[2];
+  std::vector<std::string> custom_copy_regions;  // Custom: per input, a copy kernel ("" when contiguous)
+  std::vector<std::shared_ptr<CompiledKernel>> custom_copies;
 };
 
 // The region copying an operand (of `dtype`, buffer shape `shape`) through `view` into a
@@ -316,6 +319,12 @@ void CpuRuntime::load_program(size_t slot, const Graph& program, std::vector<Nod
     step.node = i;
     if (n.op == OpKind::CustomOp) {
       step.kind = StepKind::Custom;
+      for (const auto& in : n.inputs) {
+        const Node& src = p.graph.node(in.node);
+        bool direct = in.view.is_contiguous() && in.view.shape() == src.shape;
+        step.custom_copy_regions.push_back(direct ? std::string() : copy_region(src.dtype, src.shape, in.view));
+        if (!direct) regions.push_back(step.custom_copy_regions.back());
+      }
     } else if (n.op == OpKind::BackendOp && (n.backend->name == "CpuGemm" || n.backend->name == "CpuBlasGemm")) {
       step.kind = n.backend->name == "CpuGemm" ? StepKind::Gemm : StepKind::BlasGemm;
       step.gemm = gemm_layout(n.inputs[0].view, n.inputs[1].view);
@@ -342,6 +351,7 @@ void CpuRuntime::load_program(size_t slot, const Graph& program, std::vector<Nod
     if (step.kind == StepKind::Kernel) step.kernel = s.shared->get(step.region);
     for (int o = 0; o < 2; ++o)
       if (!step.copy_region[o].empty()) step.copy_kernel[o] = s.shared->get(step.copy_region[o]);
+    for (const auto& r : step.custom_copy_regions) step.custom_copies.push_back(r.empty() ? nullptr : s.shared->get(r));
   }
   s.slots[slot] = std::move(p);
 }
@@ -513,22 +523,44 @@ void CpuRuntime::run(size_t slot, const DimMap& dims) {
         break;
       }
       case StepKind::Custom: {
-        std::vector<HostTensor> ins;
-        for (const auto& in : n.inputs) {
-          // Materialise the view through the reference interpreter's rules: a copy kernel.
+        // Inputs contiguous: read through a copy kernel where the view is not the buffer.
+        std::vector<std::vector<std::byte>> copies(n.inputs.size());
+        std::vector<const void*> in_ptrs;
+        std::vector<std::vector<int64_t>> in_shapes;
+        for (size_t k = 0; k < n.inputs.size(); ++k) {
+          const auto& in = n.inputs[k];
           const Node& src = g.node(in.node);
-          HostTensor whole = HostTensor::zeros(src.dtype, static_cast<size_t>(product(src.shape).eval(dims)));
-          std::memcpy(whole.bytes.data(), ptr[in.node], whole.bytes.size());
-          LUMINAL_CHECK(in.view.is_contiguous() && in.view.shape() == src.shape, "cpu: custom op '", n.custom->name(),
-                        "' reads its input through a view; only contiguous inputs are supported on this backend");
-          ins.push_back(std::move(whole));
+          std::vector<int64_t> shape;
+          for (const auto& d : in.view.shape()) shape.push_back(d.eval(dims));
+          in_shapes.push_back(shape);
+          if (step.custom_copies[k]) {
+            copies[k].resize(static_cast<size_t>(product(in.view.shape()).eval(dims)) * dtype_bytes(src.dtype));
+            launch(*step.custom_copies[k], n, {ptr[in.node]}, copies[k].data());
+            in_ptrs.push_back(copies[k].data());
+          } else {
+            in_ptrs.push_back(ptr[in.node]);
+          }
         }
         std::vector<int64_t> shape;
         for (const auto& d : n.shape) shape.push_back(d.eval(dims));
+        const size_t out_bytes = static_cast<size_t>(product(n.shape).eval(dims)) * dtype_bytes(n.dtype);
+        if (auto* native = dynamic_cast<const CustomKernel*>(n.custom.get())) {
+          native->run_cpu(in_ptrs, in_shapes, ptr[step.node], shape);
+          break;
+        }
+        std::vector<HostTensor> ins;
+        for (size_t k = 0; k < n.inputs.size(); ++k) {
+          DType dt = g.node(n.inputs[k].node).dtype;
+          size_t numel = 1;
+          for (auto x : in_shapes[k]) numel *= static_cast<size_t>(x);
+          HostTensor t = HostTensor::zeros(dt, numel, in_shapes[k]);
+          std::memcpy(t.bytes.data(), in_ptrs[k], t.bytes.size());
+          ins.push_back(std::move(t));
+        }
         HostTensor r = n.custom->execute_reference(ins, shape, n.dtype);
-        LUMINAL_CHECK(r.dtype == n.dtype && r.numel() == static_cast<size_t>(product(n.shape).eval(dims)),
-                      "custom op '", n.custom->name(), "' returned the wrong size or dtype");
-        std::memcpy(ptr[step.node], r.bytes.data(), r.bytes.size());
+        LUMINAL_CHECK(r.dtype == n.dtype && r.bytes.size() == out_bytes, "custom op '", n.custom->name(),
+                      "' returned the wrong size or dtype");
+        std::memcpy(ptr[step.node], r.bytes.data(), out_bytes);
         break;
       }
     }

@@ -8,6 +8,7 @@
 
 #include "test_graphs.hpp"
 #include "luminal/cpu/cpu_runtime.hpp"
+#include "luminal/cpu/custom_kernel.hpp"
 #include "luminal/luminal.hpp"
 
 using namespace luminal;
@@ -152,4 +153,46 @@ TEST(CpuBackend, TransformerBlockMatchesReference) {
   auto got = cpu.get_f32(m.outputs[0]), want = ref.get_f32(m.outputs[0]);
   ASSERT_EQ(got.size(), want.size());
   for (size_t k = 0; k < got.size(); ++k) ASSERT_NEAR(got[k], want[k], 1e-4 * (1 + std::abs(want[k]))) << k;
+}
+
+namespace {
+// x * x, with a reference implementation, and a native CPU one that counts its calls.
+struct Square : CustomOp {
+  std::string name() const override { return "square"; }
+  HostTensor execute_reference(std::span<const HostTensor> in, const std::vector<int64_t>&, DType dt) const override {
+    HostTensor out = HostTensor::zeros(dt, in[0].numel());
+    for (size_t k = 0; k < in[0].numel(); ++k) out.set_f64(k, in[0].get_f64(k) * in[0].get_f64(k));
+    return out;
+  }
+};
+struct NativeSquare : Square, cpu::CustomKernel {
+  mutable int calls = 0;
+  void run_cpu(std::span<const void* const> in, std::span<const std::vector<int64_t>> shapes, void* out,
+               const std::vector<int64_t>&) const override {
+    ++calls;
+    size_t n = 1;
+    for (auto s : shapes[0]) n *= static_cast<size_t>(s);
+    const float* x = static_cast<const float*>(in[0]);
+    for (size_t k = 0; k < n; ++k) static_cast<float*>(out)[k] = x[k] * x[k];
+  }
+};
+}  // namespace
+
+TEST(CpuBackend, CustomOpsRunNativelyOrThroughTheirReference) {
+  for (bool native : {false, true}) {
+    auto op = native ? std::shared_ptr<Square>(std::make_shared<NativeSquare>()) : std::make_shared<Square>();
+    Graph cx;
+    auto x = cx.tensor({3, 5});
+    auto y = cx.custom_op(op, {x.t()}, {5, 3}, DType::F32).output();  // read through a transposed view
+    auto rt = cx.compile(cpu::CpuRuntime{}, CompileOptions().search_graph_limit(2).trials(1));
+    std::vector<float> v = {-2, 1.5f, 0, 3, -1, 4, 2, -0.5f, 7, 1, -3, 2.5f, 6, -4, 0.25f};
+    rt.set_data(x, v);
+    rt.execute(cx.dim_map());
+    auto got = rt.get_f32(y);
+    for (int i = 0; i < 5; ++i)
+      for (int j = 0; j < 3; ++j) EXPECT_FLOAT_EQ(got[i * 3 + j], v[j * 5 + i] * v[j * 5 + i]) << i << "," << j;
+    if (native) {
+      EXPECT_GE(static_cast<NativeSquare*>(op.get())->calls, 1);
+    }
+  }
 }
