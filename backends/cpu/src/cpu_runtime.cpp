@@ -17,7 +17,7 @@
 #include "luminal/egraph/egraph.hpp"
 #include "luminal/error.hpp"
 #include "luminal/kernel/fusion.hpp"
-#include "luminal/kernel/host_compiler.hpp"
+#include "luminal/kernel/kernel_cache.hpp"
 #include "luminal/plan/memory_planner.hpp"
 #include "luminal/search/hlir_egraph.hpp"
 
@@ -31,17 +31,7 @@ using KernelEntry = void (*)(void* const*, const int64_t*, int64_t, int64_t);
 constexpr int64_t kSerialElements = 1 << 15;
 constexpr int64_t kSerialMacs = 1 << 18;
 
-struct CompiledKernel {
-  kernel::Kernel kernel;
-  std::shared_ptr<const kernel::SharedLibrary> library;
-  KernelEntry entry = nullptr;
-};
-
-std::string entry_name(const std::string& region) {
-  std::string name = "lk";  // (not "lk" + ...: GCC 12 warns falsely on that concatenation)
-  name += std::to_string(std::hash<std::string>{}(region));
-  return name;
-}
+using CompiledKernel = kernel::CppKernelCache::Compiled;
 
 // The region a program node computes, as text: a Fused op carries one; any other op that
 // runs as a kernel is a region of that op alone (an Output is a copy through its view).
@@ -144,12 +134,12 @@ struct Step {
   StepKind kind = StepKind::Kernel;
   NodeId node = 0;
   std::string region;                  // Kernel: its region text
-  std::shared_ptr<CompiledKernel> kernel;
+  std::shared_ptr<const CompiledKernel> kernel;
   std::optional<GemmLayout> gemm;      // Gemm / BlasGemm
   std::string copy_region[2];          // Gemm: copy kernels of operands that are not linear
-  std::shared_ptr<CompiledKernel> copy_kernel[2];
+  std::shared_ptr<const CompiledKernel> copy_kernel[2];
   std::vector<std::string> custom_copy_regions;  // Custom: per input, a copy kernel ("" when contiguous)
-  std::vector<std::shared_ptr<CompiledKernel>> custom_copies;
+  std::vector<std::shared_ptr<const CompiledKernel>> custom_copies;
 };
 
 // The region copying an operand (of `dtype`, buffer shape `shape`) through `view` into a
@@ -180,46 +170,9 @@ struct ProgramPlan {
 }  // namespace
 
 struct CpuRuntime::Shared {
-  std::mutex mutex;
-  kernel::HostCompiler compiler;
-  std::unordered_map<std::string, std::shared_ptr<CompiledKernel>> kernels;  // by region text
-
-  // Compile every region not compiled yet: 16 kernels per translation unit, units in
-  // parallel.
-  void compile(const std::vector<std::string>& wanted) {
-    std::vector<std::string> regions;
-    {
-      std::lock_guard lock(mutex);
-      for (const auto& r : wanted)
-        if (!kernels.count(r) && std::find(regions.begin(), regions.end(), r) == regions.end()) regions.push_back(r);
-    }
-    if (regions.empty()) return;
-    constexpr size_t kPerUnit = 16;
-    std::vector<std::string> sources;
-    std::vector<std::shared_ptr<CompiledKernel>> compiled;
-    for (size_t i = 0; i < regions.size(); ++i) {
-      if (i % kPerUnit == 0) sources.emplace_back();
-      auto c = std::make_shared<CompiledKernel>();
-      auto k = kernel::lower(kernel::parse_region(regions[i]));
-      LUMINAL_CHECK(k.has_value(), "cpu: a region cannot be lowered to a kernel");
-      c->kernel = std::move(*k);
-      sources.back() += kernel::emit_cpp(c->kernel, entry_name(regions[i]));
-      compiled.push_back(std::move(c));
-    }
-    auto libs = compiler.compile_batch(sources);
-    std::lock_guard lock(mutex);
-    for (size_t i = 0; i < regions.size(); ++i) {
-      compiled[i]->library = libs[i / kPerUnit];
-      compiled[i]->entry = compiled[i]->library->function<void(void* const*, const int64_t*, int64_t, int64_t)>(
-          entry_name(regions[i]));
-      kernels.emplace(regions[i], compiled[i]);
-    }
-  }
-  std::shared_ptr<CompiledKernel> get(const std::string& region) {
-    std::lock_guard lock(mutex);
-    auto it = kernels.find(region);
-    return it == kernels.end() ? nullptr : it->second;
-  }
+  kernel::CppKernelCache kernels;
+  void compile(const std::vector<std::string>& regions) { kernels.compile(regions); }
+  std::shared_ptr<const CompiledKernel> get(const std::string& region) { return kernels.get(region); }
 };
 
 struct CpuRuntime::State {
@@ -376,7 +329,7 @@ HostTensor CpuRuntime::get_tensor(NodeId node) const {
 }
 
 int64_t CpuRuntime::last_arena_bytes() const { return state_->last_arena; }
-int CpuRuntime::kernels_compiled() const { return state_->shared->compiler.compiler_invocations(); }
+int CpuRuntime::kernels_compiled() const { return state_->shared->kernels.compiler_invocations(); }
 
 void CpuRuntime::run(size_t slot, const DimMap& dims) {
   auto& s = *state_;
