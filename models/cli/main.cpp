@@ -247,6 +247,7 @@ struct DebugLogitsOptions {
   int64_t max_seq = 0;
   bool verbose = false;
   std::string device = "cpu";
+  double search_seconds = 5;
 };
 
 void run_debug_logits(const DebugLogitsOptions& o) {
@@ -269,7 +270,8 @@ void run_debug_logits(const DebugLogitsOptions& o) {
   mo.max_seq_len = o.max_seq > 0 ? o.max_seq : static_cast<int64_t>(ids.size()) + o.steps + 1;
   auto t0 = std::chrono::steady_clock::now();
   Generator gen = compile_for(CausalLM::from_pretrained(o.model, mo), o.device,
-                              luminal::CompileOptions{}.verbose(o.verbose));
+                              luminal::CompileOptions{}.verbose(o.verbose).search_time_limit(
+                                  std::chrono::duration<double>(o.search_seconds)));
   const double load = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const int64_t vocab = gen.model().config().vocab_size;
   auto rows = [&](const std::vector<float>& flat) {
@@ -312,6 +314,7 @@ void add_debug_logits(CLI::App& app) {
   sub->add_option("--max-seq", opts->max_seq, "KV-cache length (default: ids + steps + 1)");
   sub->add_flag("--verbose,-v", opts->verbose, "print the compiler's report on stderr");
   sub->add_option("--device,-d", opts->device, "cpu or reference");
+  sub->add_option("--search-seconds", opts->search_seconds, "compile-time budget of the search");
   sub->callback([opts] { run_debug_logits(*opts); });
 }
 
