@@ -1,0 +1,272 @@
+// scripts/bench cpu, luminal's half: one case of issue 9's CPU suite per invocation,
+// built with the tensor API, compiled for the CPU backend (cold: the kernel cache
+// directory $LUMINAL_CACHE_DIR is expected empty; warm: a second compile in this
+// process, with that cache populated), then timed. bench/suite_cpu.py is the entry
+// point: it runs this program per case, times the peers (PyTorch eager, inductor,
+// ONNX Runtime, Hugging Face transformers) and prints the suite's JSON lines.
+//
+//   suite_cpu --case NAME [--reps N] [--inputs F.safetensors] [--dump OUT.f32]
+//             [--model DIR --context T --steps S] [--search N] [--search-time S]
+// Cases: mlp, llama_block, softmax, layer_norm, gelu, sgemm, decode. Prints one JSON
+// object (luminal's numbers only). Without --case it prints nothing: scripts/bench runs
+// every suite_cpu* executable before bench/suite_cpu.py.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "luminal/cpu/blas_gemm.hpp"
+#include "luminal/cpu/cpu_runtime.hpp"
+#include "luminal/cpu/gemm.hpp"
+#include "luminal/cpu/thread_pool.hpp"
+#include "luminal/luminal.hpp"
+#include "luminal/models/generate.hpp"
+#include "luminal/models/nn.hpp"
+#include "luminal/models/transformer.hpp"
+
+using namespace luminal;
+namespace nn = luminal::models::nn;
+using clock_type = std::chrono::steady_clock;
+
+namespace {
+
+double seconds_since(clock_type::time_point t) {
+  return std::chrono::duration<double>(clock_type::now() - t).count();
+}
+
+// Median over `reps` samples after two warm-up calls; a sample runs `fn` often enough
+// to last ~5 ms, so microsecond kernels are not measured at the clock's resolution.
+double median_ms(const std::function<void()>& fn, int reps) {
+  fn();
+  fn();
+  auto t = clock_type::now();
+  fn();
+  const double once = seconds_since(t);
+  const int inner = std::clamp(static_cast<int>(0.005 / std::max(once, 1e-7)), 1, 1000);
+  std::vector<double> samples;
+  for (int r = 0; r < reps; ++r) {
+    t = clock_type::now();
+    for (int i = 0; i < inner; ++i) fn();
+    samples.push_back(1e3 * seconds_since(t) / inner);
+  }
+  std::sort(samples.begin(), samples.end());
+  return samples[samples.size() / 2];
+}
+
+struct Args {
+  std::string case_name, inputs, dump, model;
+  int reps = 20, context = 256, steps = 16, search = 30;
+  double search_time = 30;
+};
+
+CompileOptions compile_options(const Args& a) {
+  return CompileOptions().search_graph_limit(a.search).search_time_limit(std::chrono::duration<double>(a.search_time));
+}
+
+// ---- the graphs (weights are persisted named inputs: bench/suite_cpu.py writes the
+// ---- same names to a safetensors file so the peers run on the same numbers) ----
+
+GraphTensor weight(Graph& cx, const std::string& name, Shape shape) {
+  return cx.named_tensor(name, std::move(shape)).persist();
+}
+
+// 3 x Linear(1024, 1024) with bias, exact GELU between them; batch 64.
+GraphTensor build_mlp(Graph& cx) {
+  constexpr int64_t width = 1024, batch = 64;
+  GraphTensor x = weight(cx, "x", {batch, width});
+  for (int l = 0; l < 3; ++l) {
+    // (built by appending: GCC 12's -Wrestrict misfires on "literal" + std::string)
+    std::string p = "l";
+    p += std::to_string(l);
+    p += '.';
+    x = x.linear(weight(cx, p + "weight", {width, width}), weight(cx, p + "bias", {width}));
+    if (l < 2) x = x.gelu();
+  }
+  return x;
+}
+
+// One Llama decoder block on a 128-token prompt: RMSNorm, GQA attention (16 heads,
+// 4 KV heads, head_dim 64) with RoPE (cos/sin tables are inputs) and a causal mask,
+// RMSNorm, SwiGLU MLP (2816).
+GraphTensor build_llama_block(Graph& cx) {
+  constexpr int64_t seq = 128, hidden = 1024, heads = 16, kv_heads = 4, head_dim = hidden / heads, inter = 2816;
+  constexpr double eps = 1e-5;
+  GraphTensor x = weight(cx, "x", {seq, hidden});
+  nn::Rotary rope{weight(cx, "cos", {seq, head_dim / 2}), weight(cx, "sin", {seq, head_dim / 2})};
+  GraphTensor h = x.rms_norm(1, weight(cx, "ln1", {hidden}), eps);
+  GraphTensor q = h.linear(weight(cx, "q", {hidden, hidden})).reshape({seq, heads, head_dim});
+  GraphTensor k = h.linear(weight(cx, "k", {kv_heads * head_dim, hidden})).reshape({seq, kv_heads, head_dim});
+  GraphTensor v = h.linear(weight(cx, "v", {kv_heads * head_dim, hidden})).reshape({seq, kv_heads, head_dim});
+  q = nn::RotaryEmbedding::apply(q, rope);
+  k = nn::RotaryEmbedding::apply(k, rope);
+  nn::SeqDims dims{Expression(0), Expression(seq)};
+  nn::AttentionOptions attention;
+  attention.scale = 1.0 / std::sqrt(static_cast<double>(head_dim));
+  GraphTensor attn = nn::gqa_attention(q, k, v, nn::causal_mask(cx, dims), attention);
+  x = x + attn.linear(weight(cx, "o", {hidden, hidden}));
+  GraphTensor n = x.rms_norm(1, weight(cx, "ln2", {hidden}), eps);
+  GraphTensor mlp = (n.linear(weight(cx, "gate", {inter, hidden})).silu() * n.linear(weight(cx, "up", {inter, hidden})))
+                        .linear(weight(cx, "down", {hidden, inter}));
+  return x + mlp;
+}
+
+GraphTensor build_elementwise(Graph& cx, const std::string& which) {
+  GraphTensor x = weight(cx, "x", {64, 4096});
+  if (which == "softmax") return x.softmax(1);
+  if (which == "gelu") return x.gelu();
+  return x.layer_norm(1, weight(cx, "weight", {4096}), weight(cx, "bias", {4096}), 1e-5);
+}
+
+GraphTensor build_sgemm(Graph& cx) {
+  return weight(cx, "a", {1024, 1024}).matmul(weight(cx, "b", {1024, 1024}));
+}
+
+// Random values for every input the safetensors file did not fill.
+void fill_missing(Runtime& rt, const Graph& cx) {
+  std::mt19937 rng(7);
+  std::normal_distribution<float> dist(0.f, 1.f);
+  for (NodeId id : cx.inputs()) {
+    if (rt.has_tensor(id)) continue;
+    const Node& n = cx.node(id);
+    std::vector<float> v(static_cast<size_t>(product(n.shape).eval(cx.dim_map())));
+    for (auto& e : v) e = 0.05f * dist(rng);
+    rt.set_tensor(id, HostTensor::from<float>(v, n.dtype));
+  }
+}
+
+void print_common(const Args& a, double median, double cold, double warm, const CompileReport& r,
+                  const cpu::CpuRuntime& rt) {
+  std::printf("{\"case\":\"%s\",\"luminal_ms\":%.6g,\"compile_s_cold\":%.4g,\"compile_s_warm\":%.4g,"
+              "\"threads\":%d,\"candidates\":%lld,\"search_s\":%.3g,\"kernels_compiled\":%d",
+              a.case_name.c_str(), median, cold, warm, cpu::ThreadPool::global().num_threads(),
+              static_cast<long long>(r.candidates), r.search_s, rt.kernels_compiled());
+}
+
+int run_graph_case(const Args& a) {
+  Graph cx;
+  GraphTensor out;
+  if (a.case_name == "mlp") out = build_mlp(cx);
+  else if (a.case_name == "llama_block") out = build_llama_block(cx);
+  else if (a.case_name == "softmax" || a.case_name == "layer_norm" || a.case_name == "gelu")
+    out = build_elementwise(cx, a.case_name);
+  else if (a.case_name == "sgemm") out = build_sgemm(cx);
+  else fail("unknown case '", a.case_name, "' (mlp, llama_block, softmax, layer_norm, gelu, sgemm, decode)");
+  out = out.output();
+
+  auto t = clock_type::now();
+  { auto cold_rt = cx.compile(cpu::CpuRuntime{}, compile_options(a)); }
+  const double cold = seconds_since(t);
+  CompileReport report;
+  t = clock_type::now();
+  cpu::CpuRuntime rt = cx.compile(cpu::CpuRuntime{}, compile_options(a).report(&report));
+  const double warm = seconds_since(t);
+
+  if (!a.inputs.empty()) rt.load_safetensors(cx, a.inputs, /*allow_missing=*/true);
+  fill_missing(rt, cx);
+  const DimMap dims = cx.dim_map();
+  const double median = median_ms([&] { rt.execute(dims); }, a.reps);
+  if (!a.dump.empty()) {
+    std::vector<float> values = rt.get_f32(out);
+    std::ofstream f(a.dump, std::ios::binary);
+    f.write(reinterpret_cast<const char*>(values.data()), static_cast<std::streamsize>(values.size() * sizeof(float)));
+  }
+  print_common(a, median, cold, warm, report, rt);
+  if (a.case_name == "sgemm") {
+    // The peer: OpenBLAS's cblas_sgemm on the same row-major operands, and our own
+    // GEMM kernel called directly (what the compiled graph should approach).
+    constexpr int64_t n = 1024;
+    auto input = [&](const std::string& label) {
+      for (NodeId id : cx.inputs())
+        if (cx.node(id).label == label) return rt.get_tensor(id).to_f32();
+      fail("no input '", label, "'");
+    };
+    std::vector<float> A = input("a"), B = input("b");
+    std::vector<float> C(n * n);
+    auto args = cpu::GemmArgs::row_major(n, n, n, A.data(), B.data(), C.data());
+    const double blas = median_ms([&] { LUMINAL_CHECK(cpu::blas_gemm(args), "blas_gemm refused a row-major SGEMM"); },
+                                  a.reps);
+    const double ours = median_ms([&] { cpu::gemm(args); }, a.reps);
+    std::printf(",\"openblas_ms\":%.6g,\"gemm_kernel_ms\":%.6g,\"openblas_threads\":%d", blas, ours,
+                cpu::blas_threads());
+  }
+  std::printf("}\n");
+  return 0;
+}
+
+// Decode of a Hugging Face Llama directory (weights loaded as F32: the model library's
+// loader converts BF16 checkpoints). TPOT: the median decode step after a prompt of
+// `context` tokens.
+int run_decode(const Args& a) {
+  LUMINAL_CHECK(!a.model.empty(), "--case decode needs --model DIR");
+  models::ModelOptions mo;
+  mo.max_seq_len = a.context + a.steps + 8;
+  auto compile = [&](CompileReport* report) {
+    models::CausalLM m = models::CausalLM::from_pretrained(a.model, mo);
+    m.graph().set_dim("p", a.context);  // search at the decode shape that is timed
+    CompileOptions o = compile_options(a);
+    if (report) o.report(report);
+    auto t = clock_type::now();
+    auto rt = std::make_unique<cpu::CpuRuntime>(m.graph().compile(cpu::CpuRuntime{}, o));
+    return std::tuple{std::move(m), std::move(rt), seconds_since(t)};
+  };
+  const double cold = std::get<2>(compile(nullptr));
+  CompileReport report;
+  auto [model, runtime, warm] = compile(&report);
+  const cpu::CpuRuntime& rt_ref = *runtime;
+  models::Generator gen(std::move(model), std::move(runtime));
+  const int64_t vocab = gen.model().config().vocab_size;
+  std::mt19937 rng(3);
+  std::vector<int32_t> prompt(static_cast<size_t>(a.context));
+  for (auto& id : prompt) id = static_cast<int32_t>(rng() % static_cast<uint32_t>(vocab));
+  auto argmax = [](const std::vector<float>& v) {
+    return static_cast<int32_t>(std::max_element(v.begin(), v.end()) - v.begin());
+  };
+  std::vector<double> steps;
+  double prefill_s = 0;
+  for (int round = 0; round < 2; ++round) {  // round 0 warms up
+    gen.reset();
+    auto t = clock_type::now();
+    int32_t next = argmax(gen.forward(prompt));
+    prefill_s = seconds_since(t);
+    for (int s = 0; s < (round == 0 ? 3 : a.steps); ++s) {
+      t = clock_type::now();
+      next = argmax(gen.forward({next}));
+      if (round == 1) steps.push_back(1e3 * seconds_since(t));
+    }
+  }
+  std::sort(steps.begin(), steps.end());
+  print_common(a, steps[steps.size() / 2], cold, warm, report, rt_ref);
+  std::printf(",\"prefill_ms\":%.6g,\"load_s\":%.4g,\"weights_dtype\":\"F32\"}\n", 1e3 * prefill_s, gen.load_seconds());
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Args a;
+  std::map<std::string, std::string> kv;
+  for (int i = 1; i + 1 < argc; i += 2) kv[argv[i]] = argv[i + 1];
+  if (!kv.count("--case")) return 0;  // scripts/bench runs every suite_cpu* binary; the driver is suite_cpu.py
+  try {
+    a.case_name = kv["--case"];
+    if (kv.count("--reps")) a.reps = std::stoi(kv["--reps"]);
+    if (kv.count("--inputs")) a.inputs = kv["--inputs"];
+    if (kv.count("--dump")) a.dump = kv["--dump"];
+    if (kv.count("--model")) a.model = kv["--model"];
+    if (kv.count("--context")) a.context = std::stoi(kv["--context"]);
+    if (kv.count("--steps")) a.steps = std::stoi(kv["--steps"]);
+    if (kv.count("--search")) a.search = std::stoi(kv["--search"]);
+    if (kv.count("--search-time")) a.search_time = std::stod(kv["--search-time"]);
+    return a.case_name == "decode" ? run_decode(a) : run_graph_case(a);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "suite_cpu: %s\n", e.what());
+    return 1;
+  }
+}
