@@ -63,11 +63,16 @@ double median_ms(const std::function<void()>& fn, int reps) {
 struct Args {
   std::string case_name, inputs, dump, model;
   int reps = 20, context = 256, steps = 16, search = 30;
-  double search_time = 30;
+  bool verbose = false;  // the warm compile's report on stderr
+  double search_time = 30, profile_timeout = 1;
 };
 
 CompileOptions compile_options(const Args& a) {
-  return CompileOptions().search_graph_limit(a.search).search_time_limit(std::chrono::duration<double>(a.search_time));
+  return CompileOptions()
+      .search_graph_limit(a.search)
+      .search_time_limit(std::chrono::duration<double>(a.search_time))
+      .profile_timeout(std::chrono::duration<double>(a.profile_timeout))
+      .verbose(a.verbose);
 }
 
 // ---- the graphs (weights are persisted named inputs: bench/suite_cpu.py writes the
@@ -128,6 +133,20 @@ GraphTensor build_sgemm(Graph& cx) {
   return weight(cx, "a", {1024, 1024}).matmul(weight(cx, "b", {1024, 1024}));
 }
 
+// Small graphs that isolate one piece of a case (not part of the suite; for diagnosis).
+GraphTensor build_probe(Graph& cx, const std::string& which) {
+  GraphTensor x = weight(cx, "x", {64, 1024}), w = weight(cx, "w", {1024, 1024}), b = weight(cx, "b", {1024});
+  if (which == "matmul") return x.matmul(w);
+  if (which == "linear") return x.linear(w);
+  if (which == "linear_bias") return x.linear(w, b);
+  if (which == "linear_gelu") return x.linear(w, b).gelu();
+  if (which == "matmul_gelu") return x.matmul(w).gelu();
+  if (which == "matmul_gelu_tanh") return x.matmul(w).gelu_tanh();
+  if (which == "matmul_silu") return x.matmul(w).silu();
+  if (which == "matmul_exp") return x.matmul(w).exp();
+  fail("unknown probe '", which, "'");
+}
+
 // Random values for every input the safetensors file did not fill.
 void fill_missing(Runtime& rt, const Graph& cx) {
   std::mt19937 rng(7);
@@ -141,12 +160,13 @@ void fill_missing(Runtime& rt, const Graph& cx) {
   }
 }
 
-void print_common(const Args& a, double median, double cold, double warm, const CompileReport& r,
-                  const cpu::CpuRuntime& rt) {
+// `kernels`: kernels the cold compile built (its cache was empty).
+void print_common(const Args& a, double median, double cold, double warm, const CompileReport& r, int kernels) {
+  if (a.verbose) std::fprintf(stderr, "%s\n", r.to_string().c_str());
   std::printf("{\"case\":\"%s\",\"luminal_ms\":%.6g,\"compile_s_cold\":%.4g,\"compile_s_warm\":%.4g,"
               "\"threads\":%d,\"candidates\":%lld,\"search_s\":%.3g,\"kernels_compiled\":%d",
               a.case_name.c_str(), median, cold, warm, cpu::ThreadPool::global().num_threads(),
-              static_cast<long long>(r.candidates), r.search_s, rt.kernels_compiled());
+              static_cast<long long>(r.candidates), r.search_s, kernels);
 }
 
 int run_graph_case(const Args& a) {
@@ -157,11 +177,16 @@ int run_graph_case(const Args& a) {
   else if (a.case_name == "softmax" || a.case_name == "layer_norm" || a.case_name == "gelu")
     out = build_elementwise(cx, a.case_name);
   else if (a.case_name == "sgemm") out = build_sgemm(cx);
+  else if (a.case_name.rfind("probe_", 0) == 0) out = build_probe(cx, a.case_name.substr(6));
   else fail("unknown case '", a.case_name, "' (mlp, llama_block, softmax, layer_norm, gelu, sgemm, decode)");
   out = out.output();
 
   auto t = clock_type::now();
-  { auto cold_rt = cx.compile(cpu::CpuRuntime{}, compile_options(a)); }
+  int cold_kernels = 0;
+  {
+    auto cold_rt = cx.compile(cpu::CpuRuntime{}, compile_options(a));
+    cold_kernels = cold_rt.kernels_compiled();
+  }
   const double cold = seconds_since(t);
   CompileReport report;
   t = clock_type::now();
@@ -177,7 +202,7 @@ int run_graph_case(const Args& a) {
     std::ofstream f(a.dump, std::ios::binary);
     f.write(reinterpret_cast<const char*>(values.data()), static_cast<std::streamsize>(values.size() * sizeof(float)));
   }
-  print_common(a, median, cold, warm, report, rt);
+  print_common(a, median, cold, warm, report, cold_kernels);
   if (a.case_name == "sgemm") {
     // The peer: OpenBLAS's cblas_sgemm on the same row-major operands, and our own
     // GEMM kernel called directly (what the compiled graph should approach).
@@ -216,10 +241,15 @@ int run_decode(const Args& a) {
     auto rt = std::make_unique<cpu::CpuRuntime>(m.graph().compile(cpu::CpuRuntime{}, o));
     return std::tuple{std::move(m), std::move(rt), seconds_since(t)};
   };
-  const double cold = std::get<2>(compile(nullptr));
+  double cold = 0;
+  int cold_kernels = 0;
+  {
+    auto [m, rt, seconds] = compile(nullptr);
+    cold = seconds;
+    cold_kernels = rt->kernels_compiled();
+  }
   CompileReport report;
   auto [model, runtime, warm] = compile(&report);
-  const cpu::CpuRuntime& rt_ref = *runtime;
   models::Generator gen(std::move(model), std::move(runtime));
   const int64_t vocab = gen.model().config().vocab_size;
   std::mt19937 rng(3);
@@ -242,7 +272,7 @@ int run_decode(const Args& a) {
     }
   }
   std::sort(steps.begin(), steps.end());
-  print_common(a, steps[steps.size() / 2], cold, warm, report, rt_ref);
+  print_common(a, steps[steps.size() / 2], cold, warm, report, cold_kernels);
   std::printf(",\"prefill_ms\":%.6g,\"load_s\":%.4g,\"weights_dtype\":\"F32\"}\n", 1e3 * prefill_s, gen.load_seconds());
   return 0;
 }
@@ -263,6 +293,8 @@ int main(int argc, char** argv) {
     if (kv.count("--context")) a.context = std::stoi(kv["--context"]);
     if (kv.count("--steps")) a.steps = std::stoi(kv["--steps"]);
     if (kv.count("--search")) a.search = std::stoi(kv["--search"]);
+    a.verbose = kv.count("--verbose") && kv["--verbose"] == "1";
+    if (kv.count("--profile-timeout")) a.profile_timeout = std::stod(kv["--profile-timeout"]);
     if (kv.count("--search-time")) a.search_time = std::stod(kv["--search-time"]);
     return a.case_name == "decode" ? run_decode(a) : run_graph_case(a);
   } catch (const std::exception& e) {
