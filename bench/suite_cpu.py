@@ -23,7 +23,7 @@ warnings.filterwarnings("ignore")
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(os.environ.get("LUMINAL_BIN_DIR", ROOT / "build" / "release")) / "bench" / "suite_cpu"
 THREADS = os.cpu_count() or 1
-REPS = int(os.environ.get("LUMINAL_BENCH_REPS", "15"))
+REPS = int(os.environ.get("LUMINAL_BENCH_REPS", "10"))
 DECODE_CONTEXT, DECODE_STEPS = 256, 8
 # luminal's search budget per compile (candidates profiled, seconds): small, because the
 # compile time is reported and the whole suite should finish in ~10 minutes on 2 cores.
