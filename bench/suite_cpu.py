@@ -86,6 +86,7 @@ def emit(case, lum, peers, target=1.0, **extra):
         if key in lum:
             line[key] = round(lum[key], 3)
     line["threads"] = THREADS
+    line["load_avg_1m"] = round(os.getloadavg()[0], 2)  # a shared machine makes every number noisy
     line["search_budget"] = {"candidates": SEARCH, "seconds": SEARCH_TIME}
     line.update(extra)
     if "error" not in lum:
