@@ -28,6 +28,9 @@ DECODE_CONTEXT, DECODE_STEPS = 256, 8
 # luminal's search budget per compile (candidates profiled, seconds): small, because the
 # compile time is reported and the whole suite should finish in ~10 minutes on 2 cores.
 SEARCH, SEARCH_TIME = 20, 20
+# One luminal case (two compiles and the timed runs) gets this long; a case that runs
+# away (a slow program kept by the search) is reported as failed instead of stalling.
+CASE_TIMEOUT_S = int(os.environ.get("LUMINAL_BENCH_CASE_TIMEOUT", "300"))
 
 os.environ["LUMINAL_NUM_THREADS"] = str(THREADS)
 os.environ.setdefault("OMP_NUM_THREADS", str(THREADS))
@@ -63,7 +66,10 @@ def run_luminal(case, *args):
     env = dict(os.environ, LUMINAL_CACHE_DIR=cache)
     cmd = [str(BIN), "--case", case, "--reps", str(REPS), "--search", str(SEARCH), "--search-time", str(SEARCH_TIME),
            *map(str, args)]
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    try:
+        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=CASE_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        return {"error": f"timed out after {CASE_TIMEOUT_S} s (compiles and timed runs)"}
     if proc.returncode != 0:
         return {"error": (proc.stderr.strip() or f"exit status {proc.returncode}")[-600:]}
     return json.loads(proc.stdout.strip().splitlines()[-1])
