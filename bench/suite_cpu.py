@@ -10,6 +10,7 @@ the same inputs (written here to a safetensors file that luminal loads by name),
 luminal's output is compared with PyTorch eager's. One JSON object per line."""
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -344,8 +345,11 @@ def main():
         print(f"suite_cpu.py: {BIN} is not built", file=sys.stderr)
         return 1
     chosen = sys.argv[1:] or list(CASES)
-    for name in chosen:
-        CASES[name]()
+    try:
+        for name in chosen:
+            CASES[name]()
+    finally:
+        shutil.rmtree(WORK, ignore_errors=True)  # the model, inputs, kernel caches
     return 0
 
 
