@@ -30,6 +30,7 @@ struct CompileReport {
          total_s = 0;
   double setup_s = 0;  // extracting and loading candidates (per candidate: setup_s / candidates)
   int64_t segments_compiled = 0, segments_reused = 0, block_copies = 0, block_period = 0;
+  int64_t segments_cached = 0;  // loaded from the program cache: no saturation, search or verification
   int64_t egraph_nodes = 0, egraph_classes = 0, choice_slots = 0;
   int64_t candidates = 0, rejected = 0, duplicates = 0;
   int64_t verified = 0, verify_failures = 0;
@@ -58,6 +59,10 @@ struct CompileOptions {
   std::vector<std::string> rulesets_ = {"core"};  // saturated before search
   int64_t egraph_node_limit_ = 200'000;
   struct CompileReport* report_ = nullptr;  // filled when set
+  // Reuse the programs earlier compiles chose (include/luminal/program_cache.hpp). Unset:
+  // on, unless the environment says LUMINAL_PROGRAM_CACHE=0 (the test suites do).
+  std::optional<bool> program_cache_;
+  std::string program_cache_dir_;  // empty: $LUMINAL_CACHE_DIR/programs or ~/.cache/luminal/programs
 
   CompileOptions& search_graph_limit(int64_t v) { search_graph_limit_ = v; return *this; }
   CompileOptions& search_time_limit(std::chrono::duration<double> v) { search_time_limit_ = v; return *this; }
@@ -78,6 +83,8 @@ struct CompileOptions {
   CompileOptions& rulesets(std::vector<std::string> v) { rulesets_ = std::move(v); return *this; }
   CompileOptions& egraph_node_limit(int64_t v) { egraph_node_limit_ = v; return *this; }
   CompileOptions& report(struct CompileReport* r) { report_ = r; return *this; }
+  CompileOptions& program_cache(bool on) { program_cache_ = on; return *this; }
+  CompileOptions& program_cache_dir(std::string dir) { program_cache_dir_ = std::move(dir); return *this; }
 };
 
 }  // namespace luminal

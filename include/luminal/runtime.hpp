@@ -77,6 +77,9 @@ class Runtime {
   // ---- (docs/BACKENDS.md states each contract) ----
   // Rule files (paths) with this backend's ops and rules, loaded after the core rules.
   virtual std::vector<std::string> rule_files() const { return {}; }
+  // What, besides its name, makes a program chosen on this runtime valid to reuse (device
+  // model, ISA, library versions): part of the program cache's key. Default: name().
+  virtual std::string cache_identity() const { return std::string(name()); }
   // The rule schedule. Default: one stage saturating options.rulesets.
   virtual std::vector<RuleStage> rule_stages(const CompileOptions& options) const;
   // Host primitives the backend's rule guards call.

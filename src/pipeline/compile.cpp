@@ -8,11 +8,15 @@
 //          generation as a batch on one profiling runtime whose inputs are set once;
 //        verify_choice: the chosen program against the unrewritten one on adversarial data;
 //   3. stitch the segment programs, plan memory, and load every plan (all resident).
+// A segment whose program an earlier compile chose under the same key (segment, dims,
+// runtime, rules, options, build) is loaded from the program cache instead of step 2.
 #include "luminal/compile.hpp"
 
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <fstream>
 #include <random>
 #include <sstream>
 #include <unordered_map>
@@ -21,6 +25,7 @@
 #include "luminal/error.hpp"
 #include "luminal/graph.hpp"
 #include "luminal/plan/memory_planner.hpp"
+#include "luminal/program_cache.hpp"
 #include "luminal/runtime.hpp"
 #include "luminal/search/genetic.hpp"
 #include "luminal/search/hlir_egraph.hpp"
@@ -382,6 +387,37 @@ search::SegmentProgram search_segment(const SaturatedSegment& seg, const Runtime
   return {std::move(program->program), std::move(program->io_of)};
 }
 
+
+bool program_cache_enabled(const CompileOptions& o) {
+  if (o.program_cache_) return *o.program_cache_;
+  const char* env = std::getenv("LUMINAL_PROGRAM_CACHE");
+  return !(env && std::string_view(env) == "0");
+}
+
+// Everything a chosen program depends on besides its segment and dims: the build, the
+// runtime, the text of every rule file, the rule stages and the search options.
+std::string program_cache_context(const Runtime& rt, const CompileOptions& o) {
+  std::ostringstream os;
+  os << build_identity() << '\x1f' << rt.cache_identity() << '\x1f';
+  std::vector<std::string> files = search::core_rule_files();
+  for (auto& f : rt.rule_files()) files.push_back(std::move(f));
+  for (const auto& f : files) {
+    std::ifstream in(f, std::ios::binary);
+    os << f << '\x1d' << in.rdbuf() << '\x1d';
+  }
+  for (const RuleStage& st : rt.rule_stages(o)) {
+    os << st.name << ':' << st.node_limit << ':' << st.time_limit_s;
+    for (const auto& r : st.rulesets) os << ',' << r;
+    os << ';';
+  }
+  os << o.search_graph_limit_ << ';' << o.search_time_limit_.count() << ';' << o.generation_size_ << ';'
+     << o.mutations_ << ';' << o.trials_ << ';' << o.warmup_ << ';' << static_cast<int>(o.verify_) << ';'
+     << o.keep_best_ << ';' << o.profile_timeout_.count() << ';' << o.seed_ << ';'
+     << o.memory_limit_bytes_.value_or(-1) << ';' << o.egraph_node_limit_;
+  for (const auto& r : o.rulesets_) os << ',' << r;
+  return os.str();
+}
+
 }  // namespace
 
 std::string CompileReport::to_string() const {
@@ -389,7 +425,7 @@ std::string CompileReport::to_string() const {
   os << "compile: " << total_s << " s (repeats " << find_repeats_s << ", e-graph " << build_egraph_s
      << ", saturate " << saturate_s << ", search " << search_s << ", verify " << verify_s << ", stitch+load "
      << stitch_load_s << "); " << segments_compiled << " segments searched (" << segments_reused
-     << " reused a saturated e-graph)";
+     << " reused a saturated e-graph), " << segments_cached << " from the program cache";
   if (block_copies) os << ", block of " << block_period << " nodes x " << block_copies;
   os << "; e-graph " << egraph_nodes << " nodes / " << egraph_classes << " classes (" << egraph_stop << "), "
      << choice_slots << " choice slots, " << candidates << " candidates (" << rejected << " rejected, " << duplicates
@@ -414,16 +450,37 @@ void Graph::compile_into(Runtime& runtime, const CompileOptions& options) const 
   // 2. One plan per dim-bucket combination; a segment is saturated once for all of them.
   std::unordered_map<uint64_t, std::shared_ptr<SaturatedSegment>> saturated;
   const double budget = options.search_time_limit_.count();
+  std::optional<ProgramCache> cache;
+  std::string cache_context;
+  if (program_cache_enabled(options)) {
+    cache.emplace(options.program_cache_dir_.empty() ? ProgramCache::default_dir()
+                                                     : std::filesystem::path(options.program_cache_dir_));
+    cache_context = program_cache_context(runtime, options);
+  }
   std::vector<Runtime::Plan> plans;
   std::vector<DimMap> uppers;
   for (const auto& combo : bucket_combinations(options, dim_map())) {
     auto segment_search = [&](const Graph& segment) {
+      std::string cache_key;
+      if (cache) {
+        if (auto bytes = serialize_graph(segment)) {
+          std::string all = cache_context + '\x1e' + *bytes;
+          for (const auto& [dim, value] : combo.dims) all += '\x1f' + dim + '=' + std::to_string(value);
+          cache_key = content_hash(all);
+          if (auto hit = cache->load(cache_key)) {
+            report.segments_cached++;
+            return std::move(*hit);
+          }
+        }
+      }
       uint64_t key = search::structural_hash(segment);
       auto& sat = saturated[key];
       if (!sat) sat = saturate_segment(segment, runtime, options, report);
       else report.segments_reused++;
       double left = budget - (report.search_s + report.saturate_s);
-      return search_segment(*sat, runtime, options, combo.dims, left, report);
+      search::SegmentProgram chosen = search_segment(*sat, runtime, options, combo.dims, left, report);
+      if (!cache_key.empty()) cache->store(cache_key, chosen);
+      return chosen;
     };
     auto [program, external] = search::compile_by_segments(*this, segment_search, block);
     plans.push_back({combo.ranges, std::move(program), std::move(external)});
