@@ -163,6 +163,20 @@ std::filesystem::path HostCompiler::build(const std::string& source, const std::
   return so;
 }
 
+std::shared_ptr<const SharedLibrary> HostCompiler::load_cached(const std::string& k) {
+  {
+    std::lock_guard lock(mutex_);
+    if (auto it = loaded_.find(k); it != loaded_.end()) return it->second;
+  }
+  std::filesystem::path so = cache_dir_ / (k + ".so");
+  if (!std::filesystem::exists(so)) return nullptr;
+  void* handle = dlopen(so.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (handle == nullptr) return nullptr;  // truncated or foreign: rebuilt by compile()
+  auto lib = std::make_shared<const SharedLibrary>(handle, so);
+  std::lock_guard lock(mutex_);
+  return loaded_.emplace(k, std::move(lib)).first->second;
+}
+
 std::shared_ptr<const SharedLibrary> HostCompiler::compile(const std::string& source) {
   const std::string k = key(source);
   {

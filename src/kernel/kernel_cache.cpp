@@ -1,9 +1,13 @@
 #include "luminal/kernel/kernel_cache.hpp"
 
 #include <algorithm>
+#include <fstream>
 #include <functional>
+#include <sstream>
+#include <unistd.h>
 
 #include "luminal/error.hpp"
+#include "luminal/program_cache.hpp"
 
 namespace luminal::kernel {
 namespace {
@@ -12,7 +16,52 @@ std::string entry_name(const std::string& region) {
   name += std::to_string(std::hash<std::string>{}(region));
   return name;
 }
+
+// Kernels are compiled 16 to a translation unit, so the unit a kernel lands in depends on
+// its batch. A small index file per region (key: region, compiler, flags and the build of
+// this library) names the unit's library, so a later process finds the kernel whatever
+// batch compiled it.
+std::filesystem::path index_path(const HostCompiler& compiler, const std::string& region) {
+  std::string salted = "region-index\x1f";
+  salted += build_identity();
+  salted += '\x1e';
+  salted += region;
+  return compiler.cache_dir() / (compiler.key(salted) + ".idx");
+}
 }  // namespace
+
+std::shared_ptr<CppKernelCache::Compiled> CppKernelCache::from_index(const std::string& region) {
+  std::ifstream f(index_path(compiler_, region));
+  std::string lib_key, entry;
+  if (!(f >> lib_key >> entry) || entry != entry_name(region)) return nullptr;
+  auto lib = compiler_.load_cached(lib_key);
+  if (!lib) return nullptr;
+  auto k = lower(parse_region(region));
+  if (!k) return nullptr;
+  auto c = std::make_shared<Compiled>();
+  c->kernel = std::move(*k);
+  c->library = std::move(lib);
+  try {
+    c->entry = c->library->function<void(void* const*, const int64_t*, int64_t, int64_t)>(entry);
+  } catch (const Error&) {
+    return nullptr;
+  }
+  return c;
+}
+
+void CppKernelCache::write_index(const std::string& region, const std::string& lib_key) {
+  auto path = index_path(compiler_, region);
+  auto tmp = path;
+  tmp += ".tmp." + std::to_string(::getpid());
+  {
+    std::ofstream f(tmp);
+    f << lib_key << '\n' << entry_name(region) << '\n';
+    if (!f) return;  // best effort: a miss only costs a compile
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) std::filesystem::remove(tmp, ec);
+}
 
 void CppKernelCache::compile(const std::vector<std::string>& wanted) {
   std::vector<std::string> regions;
@@ -21,6 +70,14 @@ void CppKernelCache::compile(const std::vector<std::string>& wanted) {
     for (const auto& r : wanted)
       if (!kernels_.count(r) && std::find(regions.begin(), regions.end(), r) == regions.end()) regions.push_back(r);
   }
+  // Kernels an earlier process compiled (in whatever batch) load from the disk cache.
+  std::erase_if(regions, [&](const std::string& r) {
+    auto c = from_index(r);
+    if (!c) return false;
+    std::lock_guard lock(mutex_);
+    kernels_.emplace(r, std::move(c));
+    return true;
+  });
   if (regions.empty()) return;
   constexpr size_t kPerUnit = 16;
   std::vector<std::string> sources;
@@ -41,6 +98,7 @@ void CppKernelCache::compile(const std::vector<std::string>& wanted) {
     compiled[i]->entry = compiled[i]->library->function<void(void* const*, const int64_t*, int64_t, int64_t)>(
         entry_name(regions[i]));
     kernels_.emplace(regions[i], compiled[i]);
+    write_index(regions[i], compiler_.key(sources[i / kPerUnit]));
   }
 }
 

@@ -57,6 +57,9 @@ class HostCompiler {
   // The cache key: a hex hash of source + compiler (path and version) + flags (+ the CPU's
   // feature flags under -march=native).
   std::string key(const std::string& source) const;
+  // The library compiled earlier under `key` (this process or the disk cache); nullptr
+  // when there is none.
+  std::shared_ptr<const SharedLibrary> load_cached(const std::string& key);
   const std::filesystem::path& cache_dir() const { return cache_dir_; }
   // How many times this object ran the compiler (cache misses).
   int compiler_invocations() const { return invocations_.load(); }

@@ -30,6 +30,8 @@ class CppKernelCache {
   int compiler_invocations() const { return compiler_.compiler_invocations(); }
 
  private:
+  std::shared_ptr<Compiled> from_index(const std::string& region);
+  void write_index(const std::string& region, const std::string& lib_key);
   std::mutex mutex_;
   HostCompiler compiler_;
   std::unordered_map<std::string, std::shared_ptr<const Compiled>> kernels_;
