@@ -1,9 +1,12 @@
 // Row-wise normalisations over a [rows, cols] matrix, one block per row:
 //   RMSNorm  y = x * rsqrt(mean(x^2) + eps) * weight   (weight may be null)
 //   softmax  y = exp(x - max) / sum(exp(x - max))      (online statistics: one pass)
-// The statistics pass reads the row from DRAM; the output pass re-reads it from L1/L2
-// (a row is a few KB), so DRAM sees one read and one write. 16-byte loads when the row
-// length and pointers allow (`vectorized`), one element per thread-step otherwise.
+// Rows up to 1024 threads x VPT 16-byte vectors (`*_cached`, VPT = 1, 2, 4, 8) are loaded
+// into registers with every load issued before the first use, then reduced and written
+// from registers: one DRAM read and one write, with a block's whole row in flight. Longer
+// rows stream: the statistics pass reads the row from DRAM and the output pass re-reads it
+// from L1/L2. 16-byte loads when the row length and pointers allow (`vectorized`), one
+// element per thread-step otherwise.
 namespace lk {
 
 template <class T>
@@ -100,7 +103,96 @@ __device__ __forceinline__ void softmax_row(const T* __restrict__ x, T* __restri
   }
 }
 
+// Vector v of this thread's i-th slot: threadIdx.x + i * blockDim.x (coalesced per slot).
+template <class T, int VPT>
+__device__ __forceinline__ void load_row(const T* __restrict__ x, int vectors, float (&f)[VPT][Pack<T>::N]) {
+  constexpr int V = Pack<T>::N;
+#pragma unroll
+  for (int i = 0; i < VPT; ++i) {
+    const int v = threadIdx.x + i * blockDim.x;
+    if (v < vectors) {
+      load_vector(x + (long long)v * V, f[i]);
+    } else {
+#pragma unroll
+      for (int j = 0; j < V; ++j) f[i][j] = 0.0f;
+    }
+  }
+}
+
+template <class T, int VPT>
+__device__ __forceinline__ void rmsnorm_row_cached(const T* __restrict__ x, const T* __restrict__ weight,
+                                                   T* __restrict__ y, int cols, float eps) {
+  __shared__ float scratch[32];
+  constexpr int V = Pack<T>::N;
+  const long long row = blockIdx.x;
+  x += row * cols;
+  y += row * cols;
+  const int vectors = cols / V;
+  float f[VPT][V];
+  load_row<T, VPT>(x, vectors, f);
+  float squares = 0.0f;
+#pragma unroll
+  for (int i = 0; i < VPT; ++i)
+#pragma unroll
+    for (int j = 0; j < V; ++j) squares = fmaf(f[i][j], f[i][j], squares);
+  const float scale = rsqrtf(block_sum(squares, scratch) / (float)cols + eps);
+#pragma unroll
+  for (int i = 0; i < VPT; ++i) {
+    const int v = threadIdx.x + i * blockDim.x;
+    if (v >= vectors) continue;
+    float w[V];
+    if (weight) load_vector(weight + (long long)v * V, w);
+#pragma unroll
+    for (int j = 0; j < V; ++j) f[i][j] = f[i][j] * scale * (weight ? w[j] : 1.0f);
+    store_vector(y + (long long)v * V, f[i]);
+  }
+}
+
+template <class T, int VPT>
+__device__ __forceinline__ void softmax_row_cached(const T* __restrict__ x, T* __restrict__ y, int cols) {
+  __shared__ MaxSum scratch[32];
+  constexpr int V = Pack<T>::N;
+  const long long row = blockIdx.x;
+  x += row * cols;
+  y += row * cols;
+  const int vectors = cols / V;
+  float f[VPT][V];
+  load_row<T, VPT>(x, vectors, f);
+  float m = LK_NEG_INF;
+#pragma unroll
+  for (int i = 0; i < VPT; ++i)
+    if (threadIdx.x + i * blockDim.x < vectors)
+#pragma unroll
+      for (int j = 0; j < V; ++j) m = fmaxf(m, f[i][j]);
+  float s = 0.0f;
+  if (m != LK_NEG_INF) {
+#pragma unroll
+    for (int i = 0; i < VPT; ++i)
+      if (threadIdx.x + i * blockDim.x < vectors)
+#pragma unroll
+        for (int j = 0; j < V; ++j) s += expf(f[i][j] - m);
+  }
+  const MaxSum stats = block_merge(MaxSum{m, s}, scratch);
+  const float inv = 1.0f / stats.sum;  // an all -inf row gives NaN, as PyTorch does
+#pragma unroll
+  for (int i = 0; i < VPT; ++i) {
+    const int v = threadIdx.x + i * blockDim.x;
+    if (v >= vectors) continue;
+#pragma unroll
+    for (int j = 0; j < V; ++j) f[i][j] = expf(f[i][j] - stats.max) * inv;
+    store_vector(y + (long long)v * V, f[i]);
+  }
+}
+
 }  // namespace lk
+
+// NAME##_c<VPT>: the register-cached variants (16-byte aligned rows whose length is a
+// multiple of the vector, at most 1024 x VPT vectors).
+#define LUMINAL_ROWS_CACHED_ENTRIES(RMS, SOFT, T, VPT)                                                   \
+  extern "C" __global__ void RMS##_c##VPT(const T* x, const T* weight, T* y, int cols, float eps) {      \
+    lk::rmsnorm_row_cached<T, VPT>(x, weight, y, cols, eps);                                             \
+  }                                                                                                      \
+  extern "C" __global__ void SOFT##_c##VPT(const T* x, T* y, int cols) { lk::softmax_row_cached<T, VPT>(x, y, cols); }
 
 #define LUMINAL_RMSNORM_ENTRY(NAME, T)                                                                  \
   extern "C" __global__ void NAME(const T* x, const T* weight, T* y, int cols, float eps, int vectorized) { \

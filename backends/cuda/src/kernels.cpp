@@ -4,6 +4,7 @@
 #include <cctype>
 #include <cmath>
 #include <initializer_list>
+#include <optional>
 
 #include "embedded_kernels.hpp"
 #include "luminal/error.hpp"
@@ -118,7 +119,12 @@ KernelSource rows_source(DType dtype) {
   const char* t = kernel_type_name(dtype);
   return assemble(detail::concat("rows_", lower(dtype_name(dtype))), embedded::kRowsCu,
                   detail::concat("LUMINAL_RMSNORM_ENTRY(", kRmsNormKernelName, ", ", t, ")\n",
-                                 "LUMINAL_SOFTMAX_ENTRY(", kSoftmaxKernelName, ", ", t, ")"));
+                                 "LUMINAL_SOFTMAX_ENTRY(", kSoftmaxKernelName, ", ", t, ")\n",
+                                 "LUMINAL_ROWS_CACHED_ENTRIES(", kRmsNormKernelName, ", ", kSoftmaxKernelName, ", ", t,
+                                 ", 1)\n", "LUMINAL_ROWS_CACHED_ENTRIES(", kRmsNormKernelName, ", ", kSoftmaxKernelName,
+                                 ", ", t, ", 2)\n", "LUMINAL_ROWS_CACHED_ENTRIES(", kRmsNormKernelName, ", ",
+                                 kSoftmaxKernelName, ", ", t, ", 4)\n", "LUMINAL_ROWS_CACHED_ENTRIES(",
+                                 kRmsNormKernelName, ", ", kSoftmaxKernelName, ", ", t, ", 8)"));
 }
 
 namespace {
@@ -134,6 +140,22 @@ int row_vectorized(DType dtype, int cols, std::initializer_list<DevicePtr> ptrs)
     if (p % 16) return 0;
   return 1;
 }
+// The register-cached launch for a vectorised row: the fewest vectors per thread (1, 2,
+// 4, 8) that fit the row in 1024 threads while giving each block at least ~128 threads'
+// worth of 16-byte loads in flight; nullopt when the row is too long (streaming kernel).
+struct CachedRows {
+  int vpt;
+  unsigned threads;
+};
+std::optional<CachedRows> cached_rows(DType dtype, int cols) {
+  const int vectors = cols / (16 / static_cast<int>(dtype_bytes(dtype)));
+  for (int vpt : {1, 2, 4, 8}) {
+    const int threads = (vectors + vpt - 1) / vpt;
+    if (threads <= 256 || (vpt == 8 && threads <= 1024))
+      return CachedRows{vpt, static_cast<unsigned>(std::max(32, (threads + 31) / 32 * 32))};
+  }
+  return std::nullopt;
+}
 }  // namespace
 
 void launch_rmsnorm(ModuleCache& cache, DType dtype, DevicePtr x, DevicePtr weight, DevicePtr y, int rows, int cols,
@@ -142,6 +164,13 @@ void launch_rmsnorm(ModuleCache& cache, DType dtype, DevicePtr x, DevicePtr weig
   if (rows == 0) return;
   api::CUfunction fn = cache.function(rows_source(dtype), kRmsNormKernelName);
   int vectorized = row_vectorized(dtype, cols, {x, y, weight});
+  if (auto c = vectorized ? cached_rows(dtype, cols) : std::nullopt) {
+    api::CUfunction cached =
+        cache.function(rows_source(dtype), detail::concat(kRmsNormKernelName, "_c", c->vpt));
+    void* params[] = {&x, &weight, &y, &cols, &eps};
+    launch(cached, static_cast<unsigned>(rows), 1, c->threads, 0, stream, params);
+    return;
+  }
   void* params[] = {&x, &weight, &y, &cols, &eps, &vectorized};
   launch(fn, static_cast<unsigned>(rows), 1, row_threads(cols, 16 / static_cast<int>(dtype_bytes(dtype))), 0, stream,
          params);
@@ -152,6 +181,13 @@ void launch_softmax(ModuleCache& cache, DType dtype, DevicePtr x, DevicePtr y, i
   if (rows == 0) return;
   api::CUfunction fn = cache.function(rows_source(dtype), kSoftmaxKernelName);
   int vectorized = row_vectorized(dtype, cols, {x, y});
+  if (auto c = vectorized ? cached_rows(dtype, cols) : std::nullopt) {
+    api::CUfunction cached =
+        cache.function(rows_source(dtype), detail::concat(kSoftmaxKernelName, "_c", c->vpt));
+    void* params[] = {&x, &y, &cols};
+    launch(cached, static_cast<unsigned>(rows), 1, c->threads, 0, stream, params);
+    return;
+  }
   void* params[] = {&x, &y, &cols, &vectorized};
   launch(fn, static_cast<unsigned>(rows), 1, row_threads(cols, 16 / static_cast<int>(dtype_bytes(dtype))), 0, stream,
          params);

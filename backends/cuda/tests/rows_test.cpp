@@ -35,7 +35,7 @@ TEST_F(Rows, RmsNormMatchesReference) {
   ModuleCache cache(ctx.info().arch());
   uint32_t seed = 1;
   for (DType dt : {DType::F32, DType::F16, DType::BF16})
-    for (auto [rows, cols] : {std::pair{3, 4096}, {5, 77}, {1, 8}, {7, 1000}, {2, 3}})
+    for (auto [rows, cols] : {std::pair{3, 4096}, {5, 77}, {1, 8}, {7, 1000}, {2, 3}, {2, 9000}, {1, 70000}})
       for (bool with_weight : {false, true}) {
         SCOPED_TRACE(::testing::Message() << luminal::dtype_name(dt) << " " << rows << "x" << cols << " weight=" << with_weight);
         const HostData x = encode(dt, random_values(size_t(rows) * cols, seed++, 3.0f));
@@ -62,7 +62,7 @@ TEST_F(Rows, SoftmaxMatchesReferenceIncludingMaskedAndLargeValues) {
   uint32_t seed = 50;
   const float inf = std::numeric_limits<float>::infinity();
   for (DType dt : {DType::F32, DType::F16, DType::BF16})
-    for (auto [rows, cols] : {std::pair{4, 4096}, {3, 77}, {2, 16}, {5, 1000}}) {
+    for (auto [rows, cols] : {std::pair{4, 4096}, {3, 77}, {2, 16}, {5, 1000}, {3, 9000}, {3, 70000}}) {
       SCOPED_TRACE(::testing::Message() << luminal::dtype_name(dt) << " " << rows << "x" << cols);
       std::vector<float> values = random_values(size_t(rows) * cols, seed++, 6.0f);
       for (int c = 0; c < cols; c += 3) values[c] = -inf;             // row 0: masked entries
