@@ -3,10 +3,10 @@
 luminal.torch.compile, timed against eager PyTorch and torch.compile (inductor) on the
 same CPU in the same run. One JSON object per line; value is milliseconds per forward.
 
-luminal runs on the backends registered in this build (today the reference runtime: a
-double-precision interpreter), so ratios below 1 are expected until a CPU backend lands.
-Arguments: case names to run a subset (default: the whole corpus); LUMINAL_BENCH_RUNTIME
-picks the runtime (default "reference")."""
+luminal runs on the CPU backend by default (LUMINAL_BENCH_RUNTIME picks another runtime
+registered in this build, e.g. "reference", the double-precision interpreter). Every
+contender gets the same threads (LUMINAL_BENCH_THREADS, default all cores). Arguments: case
+names to run a subset (default: the whole corpus)."""
 import json
 import os
 import statistics
@@ -27,7 +27,7 @@ from test_torch_corpus import CORPUS, mini_dlrm  # noqa: E402
 # The reference's DLRM benchmark runs batch 2048 (tests use a small batch).
 CASES = dict(CORPUS, mini_dlrm_b2048=lambda: mini_dlrm(batch=2048))
 
-RUNTIME = os.environ.get("LUMINAL_BENCH_RUNTIME", "reference")
+RUNTIME = os.environ.get("LUMINAL_BENCH_RUNTIME", "cpu")
 
 
 def time_ms(fn, args, min_runs=3, budget_s=2.0):
@@ -53,9 +53,8 @@ def emit(case, value, peers, **extra):
 
 def main():
     cases = sys.argv[1:] or list(CASES)
-    # One thread for every contender: the reference runtime is single-threaded, and on a
-    # shared machine PyTorch's thread pool measures the neighbours more than the model.
-    torch.set_num_threads(int(os.environ.get("LUMINAL_BENCH_THREADS", "1")))
+    # The same threads for every contender (the CPU backend's pool uses every core).
+    torch.set_num_threads(int(os.environ.get("LUMINAL_BENCH_THREADS", str(os.cpu_count() or 1))))
     for name in cases:
         model, inputs = CASES[name]()
         try:
