@@ -1,0 +1,300 @@
+#!/usr/bin/env python3
+"""scripts/bench cuda (or scripts/gpu): issue 10's model cases on the GPU, each against
+PyTorch in the same run.
+
+  3. Llama-3-8B decode TPOT at 512 tokens of context, batch 1 (floor: weights + KV cache
+     read once per token, over the copy bandwidth measured in this run);
+  4. Llama-3-8B TTFT for a 512-token prompt;
+  6. compile time of the 8B model, cold (empty caches) and warm (the caches the cold run
+     filled), against torch.compile's first call.
+
+The model is the real Llama-3-8B architecture with random BF16 weights, written once by
+this script (`--model-dir`, default build/gpu/llama3-8b-random; the tokenizer is the shipped
+model's: token ids only index the embedding). luminal runs through `luminal generate
+--device cuda`; the peers are Hugging Face transformers on the same weights: eager, and
+torch.compile (decode: mode="reduce-overhead" over a static cache). One JSON object per
+line; ratio_vs_best_peer = best peer time / ours (above 1: we are faster).
+
+    python3 bench/suite_cuda_models.py [--bin PATH] [--model-dir DIR] [--quick] [--budget-s S]
+"""
+import argparse
+import json
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_BIN = Path(os.environ.get("LUMINAL_BIN_DIR", ROOT / "build" / "release")) / "models" / "luminal"
+PROMPT_TOKENS = 512
+NEW_TOKENS = 33
+
+LLAMA3_8B = {
+    "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 4096, "intermediate_size": 14336,
+    "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128,
+    "vocab_size": 128256, "max_position_embeddings": 8192, "rms_norm_eps": 1e-5, "hidden_act": "silu",
+    "rope_theta": 500000.0, "tie_word_embeddings": False, "attention_bias": False, "mlp_bias": False,
+    "bos_token_id": 0, "eos_token_id": 1, "torch_dtype": "bfloat16", "use_cache": True,
+}
+
+
+def emit(line):
+    print(json.dumps(line), flush=True)
+
+
+def log(msg):
+    print(f"suite_cuda_models: {msg}", file=sys.stderr, flush=True)
+
+
+def write_model(model_dir: Path, config: dict):
+    """Random BF16 weights in the real architecture, sharded like a Hugging Face checkpoint."""
+    import torch
+    from safetensors.torch import save_file
+    if (model_dir / "done").exists():
+        return
+    shutil.rmtree(model_dir, ignore_errors=True)
+    model_dir.mkdir(parents=True)
+    (model_dir / "config.json").write_text(json.dumps(config, indent=2))
+    for f in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(ROOT / "models" / "default" / f, model_dir / f)
+    h, inter, layers = config["hidden_size"], config["intermediate_size"], config["num_hidden_layers"]
+    hd, kvh, vocab = config["head_dim"], config["num_key_value_heads"], config["vocab_size"]
+    shapes = {"model.embed_tokens.weight": (vocab, h), "model.norm.weight": (h,), "lm_head.weight": (vocab, h)}
+    for l in range(layers):
+        p = f"model.layers.{l}."
+        shapes.update({p + "input_layernorm.weight": (h,), p + "post_attention_layernorm.weight": (h,),
+                       p + "self_attn.q_proj.weight": (config["num_attention_heads"] * hd, h),
+                       p + "self_attn.k_proj.weight": (kvh * hd, h), p + "self_attn.v_proj.weight": (kvh * hd, h),
+                       p + "self_attn.o_proj.weight": (h, config["num_attention_heads"] * hd),
+                       p + "mlp.gate_proj.weight": (inter, h), p + "mlp.up_proj.weight": (inter, h),
+                       p + "mlp.down_proj.weight": (h, inter)})
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    shard, shard_bytes, index, n = {}, 0, {}, 0
+
+    def flush():
+        nonlocal shard, shard_bytes, n
+        if shard:
+            name = f"model-{n:05d}.safetensors"
+            save_file(shard, str(model_dir / name), metadata={"format": "pt"})
+            for k in shard:
+                index[k] = name
+            shard, shard_bytes, n = {}, 0, n + 1
+
+    for name, shape in shapes.items():
+        if len(shape) == 1:
+            t = 1.0 + 0.1 * torch.rand(shape, generator=gen, device="cuda")
+        else:  # scaled like an initialised layer, so activations stay finite through 32 layers
+            bound = (3.0 / shape[1]) ** 0.5
+            t = (torch.rand(shape, generator=gen, device="cuda") * 2 - 1) * bound
+        shard[name] = t.to(torch.bfloat16).cpu()
+        shard_bytes += shard[name].numel() * 2
+        if shard_bytes >= 4 << 30:
+            flush()
+    flush()
+    (model_dir / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": index}))
+    (model_dir / "done").write_text("ok")
+
+
+def prompt_text(model_dir: Path, tokens: int) -> str:
+    from transformers import PreTrainedTokenizerFast
+    tok = PreTrainedTokenizerFast(tokenizer_file=str(model_dir / "tokenizer.json"))
+    words = ("the quick brown fox jumps over a lazy dog while seven wizards quietly judge boxing matches "
+             "under a pale moon and the river keeps running to the sea ").split()
+    text, i = "", 0
+    while len(tok(text).input_ids) < tokens:
+        text += words[i % len(words)] + " "
+        i += 1
+    return text.strip()
+
+
+def copy_bandwidth_tbs():
+    import torch
+    n = 1 << 30
+    a = torch.empty(n, dtype=torch.uint8, device="cuda")
+    b = torch.empty_like(a)
+    b.copy_(a)
+    times = []
+    for _ in range(10):
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        b.copy_(a)
+        e.record()
+        e.synchronize()
+        times.append(s.elapsed_time(e) / 1e3)
+    return 2 * n / statistics.median(times) / 1e12
+
+
+def luminal_run(binary: Path, model_dir: Path, prompt: str, cache_dir: Path, search_s: float):
+    env = dict(os.environ, LUMINAL_CACHE_DIR=str(cache_dir))
+    cmd = [str(binary), "generate", "--device", "cuda", "--model", str(model_dir), "--prompt", prompt,
+           "--max-tokens", str(NEW_TOKENS), "--temperature", "0", "--search-seconds", str(search_s)]
+    t0 = time.perf_counter()
+    res = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    wall = time.perf_counter() - t0
+    if res.returncode != 0:
+        raise RuntimeError(f"luminal generate failed ({res.returncode}): {(res.stderr or res.stdout)[-1500:]}")
+    out = res.stdout + res.stderr
+
+    def num(pattern):
+        m = re.search(pattern, out)
+        return float(m.group(1)) if m else None
+
+    return {"ttft_ms": num(r"TTFT: ([\d.]+) ms"), "tpot_ms": num(r"TPOT: ([\d.]+) ms"),
+            "compile_ms": num(r"compile: ([\d.]+) ms"), "prompt_tokens": num(r"prompt tokens: (\d+)"), "wall_s": wall}
+
+
+def torch_peers(model_dir: Path, prompt: str, deadline: float):
+    """TTFT and TPOT of HF transformers on the same weights: eager and torch.compile."""
+    import torch
+    from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
+    tok = PreTrainedTokenizerFast(tokenizer_file=str(model_dir / "tokenizer.json"))
+    ids = torch.tensor([tok(prompt).input_ids], device="cuda")
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.bfloat16).cuda().eval()
+    res, notes = {}, []
+
+    def cuda_ms(fn, reps=5):
+        times = []
+        for _ in range(reps):
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            fn()
+            torch.cuda.synchronize()
+            times.append((time.perf_counter() - t0) * 1e3)
+        return statistics.median(times)
+
+    with torch.inference_mode():
+        model(ids)  # warm-up
+        res["ttft_eager"] = cuda_ms(lambda: model(ids))
+        # Eager decode with the default dynamic cache at PROMPT_TOKENS of context.
+        out = model(ids, use_cache=True)
+        past = out.past_key_values
+        nxt = out.logits[:, -1:].argmax(-1)
+
+        def eager_steps(k=8):
+            nonlocal past, nxt
+            for _ in range(k):
+                o = model(nxt, past_key_values=past, use_cache=True)
+                past, nxt = o.past_key_values, o.logits[:, -1:].argmax(-1)
+
+        res["tpot_eager"] = cuda_ms(eager_steps, reps=3) / 8
+        del past, out
+        torch.cuda.empty_cache()
+
+        if time.time() < deadline:
+            try:  # torch.compile of the prefill (default mode): its first call is the compile time
+                compiled = torch.compile(model)
+                t0 = time.perf_counter()
+                compiled(ids)
+                torch.cuda.synchronize()
+                res["compile_s_torch"] = time.perf_counter() - t0
+                res["ttft_compile"] = cuda_ms(lambda: compiled(ids))
+            except Exception as e:  # noqa: BLE001 - report, keep going
+                notes.append(f"torch.compile prefill failed: {type(e).__name__}: {str(e)[:200]}")
+            torch._dynamo.reset()
+
+        if time.time() < deadline:
+            try:  # decode: torch.compile(mode="reduce-overhead") over a static cache (CUDA graphs)
+                from transformers import StaticCache
+                try:  # transformers 5: allocated on first use, on the keys' device and dtype
+                    cache = StaticCache(config=model.config, max_cache_len=PROMPT_TOKENS + 64)
+                except TypeError:  # transformers 4
+                    cache = StaticCache(config=model.config, max_batch_size=1, max_cache_len=PROMPT_TOKENS + 64,
+                                        device="cuda", dtype=torch.bfloat16)
+                pos = torch.arange(ids.shape[1], device="cuda")
+                o = model(ids, past_key_values=cache, cache_position=pos, use_cache=True)
+                nxt = o.logits[:, -1:].argmax(-1)
+                step = torch.compile(model.forward, mode="reduce-overhead", fullgraph=True)
+                p = ids.shape[1]
+
+                def one(k=8):
+                    nonlocal nxt, p
+                    for _ in range(k):
+                        cp = torch.tensor([p], device="cuda")
+                        o = step(nxt, past_key_values=cache, cache_position=cp, position_ids=cp[None], use_cache=True)
+                        nxt = o.logits[:, -1:].argmax(-1).clone()
+                        p += 1
+
+                for _ in range(3):  # compile, record the graph, replay
+                    one(1)
+                res["tpot_compile"] = cuda_ms(lambda: one(8), reps=3) / 8
+            except Exception as e:  # noqa: BLE001
+                notes.append(f"torch.compile decode failed: {type(e).__name__}: {str(e)[:200]}")
+    del model
+    torch.cuda.empty_cache()
+    return res, notes
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--bin", default=str(DEFAULT_BIN))
+    ap.add_argument("--model-dir", default=str(ROOT / "build" / "gpu" / "llama3-8b-random"))
+    ap.add_argument("--quick", action="store_true", help="2 layers instead of 32 (a smoke run)")
+    ap.add_argument("--budget-s", type=float, default=420)
+    ap.add_argument("--search-seconds", type=float, default=10)
+    args = ap.parse_args()
+    deadline = time.time() + args.budget_s
+    config = dict(LLAMA3_8B)
+    if args.quick:
+        config["num_hidden_layers"] = 2
+        args.model_dir += "-2layers"
+    model_dir = Path(args.model_dir)
+    case = "llama3_8b" + ("_2layers" if args.quick else "")
+
+    t0 = time.perf_counter()
+    write_model(model_dir, config)
+    log(f"model ready in {time.perf_counter() - t0:.1f} s ({model_dir})")
+    prompt = prompt_text(model_dir, PROMPT_TOKENS)
+    bw = copy_bandwidth_tbs()
+    weight_bytes = sum(f.stat().st_size for f in model_dir.glob("*.safetensors"))
+    kv_bytes = 2 * config["num_hidden_layers"] * config["num_key_value_heads"] * config["head_dim"] * PROMPT_TOKENS * 2
+    floor_ms = (weight_bytes + kv_bytes) / (bw * 1e12) * 1e3
+    emit({"suite": "cuda", "case": "copy_bandwidth", "value": round(bw, 3), "unit": "TB/s", "better": "higher"})
+
+    ours, error = {}, None
+    with tempfile.TemporaryDirectory(prefix="luminal_cuda_cache_") as cache:
+        try:
+            cold = luminal_run(Path(args.bin), model_dir, prompt, Path(cache), args.search_seconds)
+            warm = luminal_run(Path(args.bin), model_dir, prompt, Path(cache), args.search_seconds)
+            ours = {"cold": cold, "warm": warm}
+        except Exception as e:  # noqa: BLE001 - the peers still run and the failure is printed
+            error = f"{type(e).__name__}: {e}"[:2000]
+    peers, notes = torch_peers(model_dir, prompt, deadline) if time.time() < deadline else ({}, ["no time left"])
+
+    def line(name, value, unit, peer_map, **extra):
+        row = {"suite": "cuda", "case": f"{case}_{name}", "value": value, "unit": unit, "better": "lower"}
+        peer_map = {k: round(v, 4) for k, v in peer_map.items() if v is not None}
+        if peer_map:
+            row["peers"] = peer_map
+            if value:
+                row["ratio_vs_best_peer"] = round(min(peer_map.values()) / value, 4)
+        if error:
+            row["status"], row["error"] = "failed", error
+        row.update(extra)
+        if notes:
+            row["peer_notes"] = notes
+        emit(row)
+
+    warm = ours.get("warm", {})
+    tpot = warm.get("tpot_ms")
+    line("decode_tpot_ctx512", tpot, "ms", {"torch_eager": peers.get("tpot_eager"),
+                                            "torch_compile_reduce_overhead": peers.get("tpot_compile")},
+         fraction_of_floor=round(floor_ms / tpot, 4) if tpot else None, floor_ms=round(floor_ms, 3),
+         target="<= 1.15x floor and >= 1.3x faster than torch.compile")
+    line("ttft_prompt512", warm.get("ttft_ms"), "ms", {"torch_eager": peers.get("ttft_eager"),
+                                                       "torch_compile": peers.get("ttft_compile")},
+         prompt_tokens=warm.get("prompt_tokens"), target="<= 12 ms and faster than torch.compile")
+    compile_peer = peers.get("compile_s_torch")
+    cold_s = ours["cold"]["compile_ms"] / 1e3 if ours.get("cold", {}).get("compile_ms") else None
+    line("compile_cold", cold_s, "s", {"torch_compile_first_call": compile_peer}, target="<= 15 s")
+    line("compile_warm", warm["compile_ms"] / 1e3 if warm.get("compile_ms") else None, "s",
+         {"torch_compile_first_call": compile_peer}, target="<= 2 s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
