@@ -119,7 +119,8 @@ struct CudaRuntime::Shared {
     api::CUfunction fn = nullptr;
     std::string error;  // lowering failed
   };
-  std::mutex mutex;
+  std::mutex mutex;       // guards `kernels`
+  std::mutex load_mutex;  // guards loading a Compiled's function
   std::unordered_map<std::string, std::shared_ptr<Compiled>> kernels;  // by region text
 
   explicit Shared(int device) {
@@ -204,8 +205,10 @@ struct CudaRuntime::Shared {
       c = kernels.at(region);
     }
     LUMINAL_CHECK(c->error.empty(), "cuda: region cannot be a kernel (", c->error, "): ", region.substr(0, 300));
+    std::lock_guard load(load_mutex);
     if (c->fn) return c;
     try {
+      LUMINAL_CHECK(c->source != nullptr, "no translation unit");
       c->fn = modules->function(*c->source, c->name);
     } catch (const Error&) {
       // The unit failed (or one of its other kernels did): compile this kernel alone, so
@@ -899,6 +902,27 @@ void CudaRuntime::run(size_t slot, const DimMap& dims) {
       auto it = s.data.find(p.external_ids[i]);
       if (it != s.data.end() && !it->second.external) it->second.valid = false;
     }
+}
+
+void CudaRuntime::fill_profiling_input(NodeId id, const Node& input, const DimMap& dims, uint64_t seed,
+                                       bool adversarial) {
+  auto& s = *state_;
+  if (adversarial || !gemm_dtype(input.dtype) || s.find_io(id) == nullptr) {
+    Runtime::fill_profiling_input(id, input, dims, seed, adversarial);
+    return;
+  }
+  s.shared->context->make_current();
+  const auto numel = static_cast<size_t>(product(input.shape).eval(dims));
+  DeviceTensor& t = s.data[id];
+  t.dtype = input.dtype;
+  t.numel = numel;
+  t.shape.clear();
+  t.reserve(numel * dtype_bytes(input.dtype));
+  // Uniform in [-2, 2), as the host default.
+  fill_uniform(*s.shared->modules, input.dtype, t.ptr(), static_cast<int64_t>(numel), static_cast<uint32_t>(seed ^ (seed >> 32)),
+               2.0f, s.stream());
+  LUMINAL_CU(cuStreamSynchronize, s.stream());
+  t.valid = true;
 }
 
 ProfileResult CudaRuntime::profile(const DimMap& dims, const ProfileOptions& o) {
