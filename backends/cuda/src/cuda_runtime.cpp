@@ -287,7 +287,11 @@ struct Resolved {
   std::vector<DeviceBuffer> custom_scratch;
   std::unique_ptr<cuda::Graph> graph;
   int runs = 0;
+  uint64_t last_used = 0;  // for evicting the least recently used resolution
 };
+
+// Resolutions kept per plan: decode steps at ever new positions must not pile up.
+constexpr size_t kMaxResolutions = 16;
 
 struct ProgramPlan {
   luminal::Graph graph;
@@ -301,6 +305,7 @@ struct ProgramPlan {
   std::unordered_map<NodeId, DeviceTensor> private_outputs;  // Outputs without an external id
   DeviceBuffer errors;                                       // one int32 per step
   std::map<std::vector<int64_t>, std::unique_ptr<Resolved>> resolved;  // by dims
+  uint64_t clock = 0;
 };
 
 bool graphs_from_env() {
@@ -650,6 +655,13 @@ void CudaRuntime::run(size_t slot, const DimMap& dims) {
   bound.push_back(static_cast<DevicePtr>(p.arena_version));
 
   // Resolve (once per dims and pointers): every launch with its arguments.
+  if (p.resolved.size() >= kMaxResolutions && !p.resolved.count(key)) {
+    auto oldest = std::min_element(p.resolved.begin(), p.resolved.end(), [](const auto& a, const auto& b) {
+      return (a.second ? a.second->last_used : 0) < (b.second ? b.second->last_used : 0);
+    });
+    LUMINAL_CU(cuStreamSynchronize, stream);
+    p.resolved.erase(oldest);
+  }
   auto& slot_entry = p.resolved[key];
   const bool fresh_resolve = !slot_entry || slot_entry->bound != bound;
   if (fresh_resolve) try {
@@ -864,6 +876,7 @@ void CudaRuntime::run(size_t slot, const DimMap& dims) {
     throw;
   }
   Resolved& r = *slot_entry;
+  r.last_used = ++p.clock;
   auto enqueue_all = [&] {
     for (auto& op : r.ops) op.enqueue(stream);
   };
