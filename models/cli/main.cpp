@@ -14,6 +14,9 @@
 #include <nlohmann/json.hpp>
 
 #include "luminal/cpu/cpu_runtime.hpp"
+#ifdef LUMINAL_HAVE_CUDA  // set where the CUDA backend is built (backends/cuda/CMakeLists.txt)
+#include "luminal_cuda/cuda_runtime.hpp"
+#endif
 
 #include "luminal/error.hpp"
 #include "luminal/models/generate.hpp"
@@ -128,7 +131,14 @@ luminal::models::Generator compile_for(luminal::models::CausalLM model, const st
   using luminal::models::Generator;
   if (device == "cpu") return Generator::compile(std::move(model), luminal::cpu::CpuRuntime{}, options);
   if (device == "reference") return Generator::compile(std::move(model), luminal::ReferenceRuntime{}, options);
+#ifdef LUMINAL_HAVE_CUDA
+  // Throws "CUDA backend unavailable: ..." where no GPU can be used.
+  if (device == "cuda") return Generator::compile(std::move(model), luminal::cuda::CudaRuntime{}, options);
+  luminal::fail("--device: unknown device '", device, "' (cpu, cuda, reference)");
+#else
+  if (device == "cuda") luminal::fail("--device cuda: this build has no CUDA backend");
   luminal::fail("--device: unknown device '", device, "' (cpu, reference)");
+#endif
 }
 
 // Text of the generated ids, minus a trailing incomplete UTF-8 sequence (shown as U+FFFD
@@ -231,7 +241,7 @@ void add_generate(CLI::App& app) {
   sub->add_flag("--chat", opts->chat, "wrap the prompt in the tokenizer's chat template");
   sub->add_option("--max-seq", opts->max_seq, "KV-cache length (default: prompt + max tokens)");
   sub->add_flag("--verbose,-v", opts->verbose, "print the compiler's report on stderr");
-  sub->add_option("--device,-d", opts->device, "where to run: cpu (compiled kernels) or reference (the interpreter)")
+  sub->add_option("--device,-d", opts->device, "where to run: cpu (compiled kernels), cuda (the GPU) or reference (the interpreter)")
       ->capture_default_str();
   sub->add_option("--search-seconds", opts->search_seconds,
                   "compile-time budget of the search (measuring candidate programs on this machine)")
@@ -313,7 +323,7 @@ void add_debug_logits(CLI::App& app) {
   sub->add_option("--steps", opts->steps, "greedy decode steps after the prefill");
   sub->add_option("--max-seq", opts->max_seq, "KV-cache length (default: ids + steps + 1)");
   sub->add_flag("--verbose,-v", opts->verbose, "print the compiler's report on stderr");
-  sub->add_option("--device,-d", opts->device, "cpu or reference");
+  sub->add_option("--device,-d", opts->device, "cpu, cuda or reference");
   sub->add_option("--search-seconds", opts->search_seconds, "compile-time budget of the search");
   sub->callback([opts] { run_debug_logits(*opts); });
 }

@@ -3,6 +3,9 @@
 #include "bindings.hpp"
 
 #include "luminal/cpu/cpu_runtime.hpp"
+#ifdef LUMINAL_HAVE_CUDA  // set where the CUDA backend is built (python/CMakeLists.txt)
+#include "luminal_cuda/cuda_runtime.hpp"
+#endif
 #include "luminal/error.hpp"
 
 namespace luminal::python {
@@ -28,6 +31,12 @@ void register_builtin_runtimes() {
                [] { return std::make_unique<ReferenceRuntime>(); }});
   r.push_back({"cpu", "cpu", "the CPU backend: compiled fused kernels, our GEMM and OpenBLAS, one thread pool",
                [] { return std::make_unique<cpu::CpuRuntime>(); }});
+#ifdef LUMINAL_HAVE_CUDA
+  // Listed on every machine; compiling with it where no GPU is usable throws
+  // "CUDA backend unavailable: ...".
+  r.push_back({"cuda", "cuda", "the CUDA backend: NVRTC-compiled fused kernels, cuBLASLt and our GEMV, CUDA graphs",
+               [] { return std::make_unique<cuda::CudaRuntime>(); }});
+#endif
 }
 
 }  // namespace luminal::python

@@ -18,6 +18,7 @@
 #include "luminal/error.hpp"
 #include "luminal/kernel/fusion.hpp"
 #include "luminal/kernel/kernel_cache.hpp"
+#include "luminal/kernel/program_kernels.hpp"
 #include "luminal/plan/memory_planner.hpp"
 #include "luminal/search/hlir_egraph.hpp"
 
@@ -33,101 +34,10 @@ constexpr int64_t kSerialMacs = 1 << 18;
 
 using CompiledKernel = kernel::CppKernelCache::Compiled;
 
-// The region a program node computes, as text: a Fused op carries one; any other op that
-// runs as a kernel is a region of that op alone (an Output is a copy through its view).
-std::optional<std::string> region_text(const Graph& g, const Node& n) {
-  if (n.op == OpKind::BackendOp) {
-    if (n.backend->name == "Fused") return n.backend->str(0);
-    return std::nullopt;
-  }
-  if (n.op == OpKind::Input || n.op == OpKind::CustomOp) return std::nullopt;
-  Node proto = n;
-  proto.inputs.clear();
-  if (n.op == OpKind::Output) {  // a copy that materialises the view
-    proto.op = OpKind::Cast;
-    proto.updates = kNoNode;
-    proto.label.clear();
-  }
-  std::vector<kernel::FuseOperand> operands;
-  for (const auto& in : n.inputs) {
-    const Node& src = g.node(in.node);
-    operands.push_back({nullptr, src.dtype, src.shape, in.view});
-  }
-  auto region = kernel::singleton(proto, operands);
-  LUMINAL_CHECK(region.has_value(), "cpu: ", op_name(n.op), " node cannot be lowered to a kernel");
-  return kernel::serialize(*region);
-}
-
-// One matmul operand, read through its view at the Mul's shape [batch?, m, n, k]: either
-// directly (every axis a linear stride) or, when the view is not linear (a reshape of
-// merged dims), after a copy kernel writes it contiguously.
-struct GemmOperand {
-  bool copy = false;
-  Expression offset = 0, row = 0, col = 0, batch = 0;  // element strides (row: m or k, col: k or n)
-  ShapeTracker copy_view;                               // copy: the view without the broadcast axis
-};
-struct GemmLayout {
-  int rank = 0;
-  Expression batch = 1, m, n, k;
-  GemmOperand a, b;  // a: rows m, cols k; b: rows k, cols n
-};
-
-// `skip` is the operand's broadcast axis; `row_axis`/`col_axis` index its matrix dims.
-std::optional<GemmOperand> gemm_operand(const ShapeTracker& v, int skip, int row_axis, int col_axis) {
-  const int r = static_cast<int>(v.rank());
-  const ViewDim& bc = v.dims()[skip];
-  if (bc.offset.depends_on(Expression::kIndexName) || !(bc.valid == Expression(1))) return std::nullopt;
-  GemmOperand o;
-  std::vector<Expression> strides;
-  bool linear = v.base_valid() == Expression(1);
-  for (int d = 0; d < r && linear; ++d) {
-    auto st = search::view_axis_stride(v.dims()[d]);
-    if (!st) linear = false;
-    else strides.push_back(*st);
-  }
-  if (linear) {
-    o.offset = v.base_offset();
-    for (int d = 0; d < r; ++d) o.offset = o.offset + v.dims()[d].offset.substitute(Expression::kIndexName, 0);
-    o.row = strides[row_axis];
-    o.col = strides[col_axis];
-    if (r == 4) o.batch = strides[0];
-    return o;
-  }
-  // Not linear: copy the operand (without its broadcast axis) into a contiguous buffer.
-  std::vector<ViewDim> dims;
-  for (int d = 0; d < r; ++d)
-    if (d != skip) dims.push_back(v.dims()[d]);
-  o.copy = true;
-  o.copy_view = ShapeTracker::from_parts(std::move(dims), v.base_offset(), v.base_valid());
-  return o;
-}
-
-std::optional<GemmLayout> gemm_layout(const ShapeTracker& va, const ShapeTracker& vb) {
-  int r = static_cast<int>(va.rank());
-  if ((r != 3 && r != 4) || vb.rank() != va.rank()) return std::nullopt;
-  GemmLayout g;
-  g.rank = r;
-  g.m = va.dims()[r - 3].size;
-  g.n = va.dims()[r - 2].size;
-  g.k = va.dims()[r - 1].size;
-  if (r == 4) g.batch = va.dims()[0].size;
-  auto a = gemm_operand(va, r - 2, r - 3, r - 1);  // A is broadcast along n
-  auto b = gemm_operand(vb, r - 3, r - 1, r - 2);  // B along m
-  if (!a || !b) return std::nullopt;
-  if (a->copy) {  // the copy is [batch?, m, k] row-major
-    a->row = g.k;
-    a->col = 1;
-    a->batch = g.m * g.k;
-  }
-  if (b->copy) {  // the copy is [batch?, n, k] row-major: k has stride 1, n stride k
-    b->row = 1;
-    b->col = g.k;
-    b->batch = g.n * g.k;
-  }
-  g.a = std::move(*a);
-  g.b = std::move(*b);
-  return g;
-}
+using kernel::GemmLayout;
+using kernel::GemmOperand;
+using kernel::gemm_layout;
+std::optional<std::string> region_text(const Graph& g, const Node& n) { return kernel::node_region_text(g, n, "cpu"); }
 
 enum class StepKind { Kernel, Gemm, BlasGemm, Custom };
 struct Step {
@@ -142,17 +52,8 @@ struct Step {
   std::vector<std::shared_ptr<const CompiledKernel>> custom_copies;
 };
 
-// The region copying an operand (of `dtype`, buffer shape `shape`) through `view` into a
-// contiguous buffer.
 std::string copy_region(DType dtype, const Shape& shape, const ShapeTracker& view) {
-  Node proto;
-  proto.op = OpKind::Cast;
-  proto.dtype = dtype;
-  proto.shape = view.shape();
-  kernel::FuseOperand in{nullptr, dtype, shape, view};
-  auto region = kernel::singleton(proto, std::span<const kernel::FuseOperand>(&in, 1));
-  LUMINAL_CHECK(region.has_value(), "cpu: a matmul operand copy cannot be lowered");
-  return kernel::serialize(*region);
+  return kernel::copy_region_text(dtype, shape, view, "cpu");
 }
 
 struct ProgramPlan {

@@ -1,0 +1,981 @@
+#include "luminal_cuda/cuda_runtime.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <limits>
+#include <map>
+#include <mutex>
+#include <unordered_map>
+
+#include "luminal/compile.hpp"
+#include "luminal/egraph/egraph.hpp"
+#include "luminal/error.hpp"
+#include "luminal/kernel/fusion.hpp"
+#include "luminal/kernel/kernel.hpp"
+#include "luminal/kernel/program_kernels.hpp"
+#include "luminal/plan/memory_planner.hpp"
+#include "luminal/search/hlir_egraph.hpp"
+#include "luminal_cuda/cublaslt.hpp"
+#include "luminal_cuda/kernels.hpp"
+
+namespace luminal::cuda {
+
+// ---- rules, usable without a GPU ----
+
+std::vector<std::string> runtime_rule_files() {
+  return {std::string(LUMINAL_CUDA_SOURCE_DIR) + "/rules/cuda.egg", kernel::fusion_rule_file()};
+}
+
+std::vector<RuleStage> runtime_rule_stages(const Runtime& base, const CompileOptions& o) {
+  auto stages = base.Runtime::rule_stages(o);
+  stages.front().rulesets.push_back("cuda-matmul");
+  stages.push_back({"fuse", {"fuse"}, 20'000, std::min(2.0, o.search_time_limit_.count())});
+  return stages;
+}
+
+namespace {
+bool gemm_dtype(DType dt) { return dt == DType::F32 || dt == DType::F16 || dt == DType::BF16; }
+}  // namespace
+
+void register_runtime_primitives(egraph::EGraph& eg) {
+  using egraph::Value;
+  using egraph::ValueKind;
+  kernel::register_fusion_primitives(eg);
+  // (gemm-layout ?va ?vb): the operand views of a matmul-shaped Mul (rank 3 or 4, every
+  // axis a linear stride or copied first).
+  eg.register_primitive("gemm-layout", [](std::span<const Value> a) -> std::optional<Value> {
+    if (a.size() != 2 || a[0].kind() != ValueKind::ExprList || a[1].kind() != ValueKind::ExprList) return std::nullopt;
+    return Value::boolean(kernel::gemm_layout(search::decode_view(a[0]), search::decode_view(a[1])).has_value());
+  });
+  // (gemm-float ?dtype): F32, F16 or BF16, the dtypes cuBLASLt and our GEMV take.
+  eg.register_primitive("gemm-float", [](std::span<const Value> a) -> std::optional<Value> {
+    if (a.size() != 1 || a[0].kind() != ValueKind::String) return std::nullopt;
+    const std::string& s = a[0].as_string();
+    return Value::boolean(s == "F32" || s == "F16" || s == "BF16");
+  });
+}
+
+KernelSource region_kernel_source(const std::string& region, const std::string& name) {
+  auto k = kernel::lower(kernel::parse_region(region));
+  LUMINAL_CHECK(k.has_value(), "cuda: a region cannot be lowered to a kernel: ", region.substr(0, 300));
+  return {name, kernel::emit_cuda(*k, name), {}};
+}
+
+namespace {
+bool is_matmul(const Node& n) {
+  return n.op == OpKind::BackendOp && (n.backend->name == "CudaGemv" || n.backend->name == "CudaCublasLt");
+}
+}  // namespace
+
+std::vector<std::string> program_regions(const luminal::Graph& g) {
+  std::vector<std::string> regions;
+  for (const Node& n : g.nodes()) {
+    if (auto r = kernel::node_region_text(g, n, "cuda")) {
+      regions.push_back(std::move(*r));
+    } else if (is_matmul(n)) {
+      auto l = kernel::gemm_layout(n.inputs[0].view, n.inputs[1].view);
+      if (!l) continue;  // load_program reports it
+      const kernel::GemmOperand* ops[] = {&l->a, &l->b};
+      for (int o = 0; o < 2; ++o)
+        if (ops[o]->copy) {
+          const Node& src = g.node(n.inputs[o].node);
+          regions.push_back(kernel::copy_region_text(src.dtype, src.shape, ops[o]->copy_view, "cuda"));
+        }
+    }
+  }
+  return regions;
+}
+
+namespace {
+
+std::string kernel_name(const std::string& region) {
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "lm_%016zx", std::hash<std::string>{}(region));
+  return buf;
+}
+
+// Kernels of one translation unit; NVRTC's fixed cost is paid once for them.
+constexpr size_t kKernelsPerUnit = 8;
+
+}  // namespace
+
+// ---- the state shared by a runtime and its fresh() copies ----
+
+struct CudaRuntime::Shared {
+  // Declared first, destroyed last: everything below needs the context.
+  std::unique_ptr<Context> context;
+  std::unique_ptr<Stream> stream;
+  std::unique_ptr<ModuleCache> modules;
+  std::unique_ptr<CublasLt> lt;  // made on first use
+
+  struct Compiled {
+    std::string name;
+    kernel::Kernel kernel;
+    std::shared_ptr<const KernelSource> source;  // the unit holding it (several kernels)
+    api::CUfunction fn = nullptr;
+    std::string error;  // lowering failed
+  };
+  std::mutex mutex;       // guards `kernels`
+  std::mutex load_mutex;  // guards loading a Compiled's function
+  std::unordered_map<std::string, std::shared_ptr<Compiled>> kernels;  // by region text
+
+  explicit Shared(int device) {
+    context = std::make_unique<Context>(device);  // throws "CUDA backend unavailable: ..." without a GPU
+    stream = std::make_unique<Stream>();
+    modules = std::make_unique<ModuleCache>(context->info().arch());
+  }
+  ~Shared() {
+    // Kernels and the library go before the modules and the context they live in.
+    kernels.clear();
+    lt.reset();
+    if (stream) {
+      api::driver_table().cuStreamSynchronize(stream->get());
+    }
+  }
+
+  CublasLt& cublaslt() {
+    if (!lt) lt = std::make_unique<CublasLt>();
+    return *lt;
+  }
+
+  // Lower, emit and compile every region not seen yet, kKernelsPerUnit per translation
+  // unit, units in parallel. A unit that fails is left for get(), which compiles its
+  // kernels one by one so the error names the region.
+  void compile(const std::vector<std::string>& regions) {
+    std::vector<std::shared_ptr<Compiled>> fresh;
+    {
+      std::lock_guard lock(mutex);
+      for (const auto& r : regions) {
+        if (kernels.count(r)) continue;
+        auto c = std::make_shared<Compiled>();
+        c->name = kernel_name(r);
+        try {
+          auto k = kernel::lower(kernel::parse_region(r));
+          if (!k) c->error = "the region cannot be lowered to a kernel";
+          else c->kernel = std::move(*k);
+        } catch (const std::exception& e) {
+          c->error = e.what();
+        }
+        kernels.emplace(r, c);
+        if (c->error.empty()) fresh.push_back(c);
+      }
+    }
+    if (fresh.empty()) return;
+    std::vector<KernelSource> units;
+    std::vector<std::vector<std::shared_ptr<Compiled>>> members;
+    for (size_t i = 0; i < fresh.size(); i += kKernelsPerUnit) {
+      KernelSource unit;
+      unit.name = fresh[i]->name;
+      members.emplace_back();
+      for (size_t j = i; j < std::min(fresh.size(), i + kKernelsPerUnit); ++j) {
+        unit.code += kernel::emit_cuda(fresh[j]->kernel, fresh[j]->name);
+        unit.code += "\n";
+        members.back().push_back(fresh[j]);
+      }
+      units.push_back(std::move(unit));
+    }
+    try {
+      modules->cubins(units);
+    } catch (...) {
+      // Which unit failed is found below: a unit whose cubin is not cached is retried
+      // kernel by kernel in get().
+    }
+    std::lock_guard lock(mutex);
+    for (size_t u = 0; u < units.size(); ++u) {
+      auto src = std::make_shared<const KernelSource>(units[u]);
+      for (auto& c : members[u]) c->source = src;
+    }
+  }
+
+  // The loaded kernel of a region, compiling it now if needed. Throws naming the region
+  // when it cannot be lowered or compiled.
+  std::shared_ptr<Compiled> get(const std::string& region) {
+    std::shared_ptr<Compiled> c;
+    {
+      std::lock_guard lock(mutex);
+      if (auto it = kernels.find(region); it != kernels.end()) c = it->second;
+    }
+    if (!c) {
+      compile({region});
+      std::lock_guard lock(mutex);
+      c = kernels.at(region);
+    }
+    LUMINAL_CHECK(c->error.empty(), "cuda: region cannot be a kernel (", c->error, "): ", region.substr(0, 300));
+    std::lock_guard load(load_mutex);
+    if (c->fn) return c;
+    try {
+      LUMINAL_CHECK(c->source != nullptr, "no translation unit");
+      c->fn = modules->function(*c->source, c->name);
+    } catch (const Error&) {
+      // The unit failed (or one of its other kernels did): compile this kernel alone, so
+      // a failure names this region and NVRTC's log is about it.
+      auto alone = std::make_shared<const KernelSource>(KernelSource{c->name, kernel::emit_cuda(c->kernel, c->name), {}});
+      try {
+        c->fn = modules->function(*alone, c->name);
+      } catch (const Error& e) {
+        fail("cuda: kernel for region ", region.substr(0, 300), " failed to compile: ", e.what());
+      }
+      c->source = alone;
+    }
+    return c;
+  }
+};
+
+namespace {
+
+using kernel::GemmLayout;
+using kernel::GemmOperand;
+using Compiled = CudaRuntime::Shared::Compiled;
+
+// Arena offsets are multiples of this (cuBLASLt's default pointer alignment).
+constexpr int64_t kAlignment = 256;
+
+enum class StepKind { Kernel, Gemv, CublasLt, Custom };
+struct Step {
+  StepKind kind = StepKind::Kernel;
+  NodeId node = 0;
+  std::shared_ptr<Compiled> kernel;                  // Kernel
+  std::optional<GemmLayout> gemm;                    // Gemv / CublasLt
+  std::string copy_region[2];                        // matmul operands: copy through copy_view
+  std::vector<std::string> custom_copy_regions;      // Custom: per input, "" when read directly
+};
+
+// A device tensor by external id: the user's input, a persisted weight or cache, or an
+// output. The buffer is kept when the data is consumed, so its pointer (captured in CUDA
+// graphs) stays stable from run to run.
+struct DeviceTensor {
+  DType dtype = DType::F32;
+  size_t numel = 0;
+  std::vector<int64_t> shape;
+  DeviceBuffer buffer;
+  DevicePtr external = 0;  // bind_device_pointer
+  size_t external_bytes = 0;
+  bool valid = false;
+  DevicePtr ptr() const { return external ? external : buffer.ptr(); }
+  size_t capacity() const { return external ? external_bytes : buffer.bytes(); }
+  // Room for `bytes`; a new buffer (a new pointer) only when it grows.
+  void reserve(size_t bytes) {
+    if (external) {
+      LUMINAL_CHECK(bytes <= external_bytes, "cuda: a bound device pointer holds ", external_bytes, " bytes but ", bytes,
+                    " are needed");
+      return;
+    }
+    if (buffer.bytes() < bytes || buffer.ptr() == 0) buffer = DeviceBuffer(std::max<size_t>(bytes, 16));
+  }
+};
+
+// One operation of a resolved run: enqueued on the stream, or (a custom op's host
+// fallback) run on the host after the stream drains.
+struct Op {
+  std::function<void(StreamHandle)> enqueue;
+  bool host = false;
+};
+
+// A program resolved for one dims assignment and one set of pointers: every launch with
+// its arguments, the dims buffer the kernels read, and the CUDA graph once captured.
+struct Resolved {
+  std::vector<DevicePtr> bound;  // the pointers it was resolved with
+  uint64_t arena_version = 0;
+  std::vector<Op> ops;
+  bool host_ops = false;
+  DeviceBuffer dims;         // each kernel's dims, in its dim_names order
+  DeviceBuffer scratch[2];   // matmul operand copies (the largest step's)
+  std::vector<DeviceBuffer> custom_scratch;
+  std::unique_ptr<cuda::Graph> graph;
+  int runs = 0;
+  uint64_t last_used = 0;  // for evicting the least recently used resolution
+};
+
+// Resolutions kept per plan: decode steps at ever new positions must not pile up.
+constexpr size_t kMaxResolutions = 16;
+
+struct ProgramPlan {
+  luminal::Graph graph;
+  std::vector<NodeId> external_ids;
+  std::unordered_map<NodeId, NodeId> program_of;  // external id -> program node
+  std::vector<Step> steps;
+  std::vector<std::string> dim_names;  // every dim the program mentions, sorted
+  std::vector<plan::BufferUse> planned_uses;
+  plan::MemoryPlan arena;
+  uint64_t arena_version = 0;
+  std::unordered_map<NodeId, DeviceTensor> private_outputs;  // Outputs without an external id
+  DeviceBuffer errors;                                       // one int32 per step
+  std::map<std::vector<int64_t>, std::unique_ptr<Resolved>> resolved;  // by dims
+  uint64_t clock = 0;
+};
+
+bool graphs_from_env() {
+  const char* v = std::getenv("LUMINAL_CUDA_GRAPHS");
+  return !(v && (std::strcmp(v, "0") == 0 || std::strcmp(v, "off") == 0));
+}
+
+// A cuBLASLt layout for a [rows, cols] operand with these strides, or nullopt when it
+// needs a packed copy first.
+std::optional<MatrixLayout> lt_layout(int64_t rows, int64_t cols, int64_t rs, int64_t cs, int64_t bs, int64_t batch) {
+  if (batch > 1 && bs <= 0) return std::nullopt;  // a broadcast batch is copied
+  MatrixLayout l;
+  l.batch_stride = batch > 1 ? bs : 0;
+  if (cs == 1 && (rows == 1 || rs >= cols)) {
+    l.order = Order::RowMajor;
+    l.ld = rows == 1 ? cols : rs;
+    return l;
+  }
+  if (rs == 1 && (cols == 1 || cs >= rows)) {
+    l.order = Order::ColMajor;
+    l.ld = cols == 1 ? rows : cs;
+    return l;
+  }
+  return std::nullopt;
+}
+
+void launch_kernel(api::CUfunction fn, unsigned grid, unsigned block, const std::vector<DevicePtr>& args,
+                   StreamHandle stream) {
+  std::vector<void*> params;
+  params.reserve(args.size());
+  for (const DevicePtr& a : args) params.push_back(const_cast<DevicePtr*>(&a));
+  LUMINAL_CU(cuLaunchKernel, fn, grid, 1u, 1u, block, 1u, 1u, 0u, stream, params.data(), nullptr);
+}
+
+const char* kernel_error_text(int32_t code) {
+  switch (code) {
+    case 1: return "integer modulo by zero";
+    case 2: return "gather index out of range";
+    case 3: return "scatter index out of range";
+    default: return "kernel error";
+  }
+}
+
+}  // namespace
+
+struct CudaRuntime::State {
+  std::shared_ptr<Shared> shared;  // first: destroyed last (the buffers below need its context)
+  std::vector<ProgramPlan> slots;
+  std::unordered_map<NodeId, DeviceTensor> data;  // by external id
+  DeviceBuffer arena;
+  uint64_t arena_version = 0;
+  int64_t last_arena = 0;
+  bool graphs = graphs_from_env();
+  int captured = 0, replays = 0;
+
+  ~State() {
+    // Buffers are freed below; nothing may still be running on them.
+    if (shared && shared->stream) api::driver_table().cuStreamSynchronize(shared->stream->get());
+  }
+
+  const Node* find_io(NodeId ext) const {
+    for (const auto& p : slots)
+      if (auto it = p.program_of.find(ext); it != p.program_of.end()) return &p.graph.node(it->second);
+    return nullptr;
+  }
+  StreamHandle stream() const { return shared->stream->get(); }
+};
+
+CudaRuntime::CudaRuntime(int device) : CudaRuntime(std::make_shared<Shared>(device)) {}
+CudaRuntime::CudaRuntime(std::shared_ptr<Shared> shared) : state_(std::make_unique<State>()) {
+  LUMINAL_ASSERT(shared != nullptr, "cuda runtime without shared state");
+  state_->shared = std::move(shared);
+}
+CudaRuntime::~CudaRuntime() = default;
+CudaRuntime::CudaRuntime(CudaRuntime&&) noexcept = default;
+CudaRuntime& CudaRuntime::operator=(CudaRuntime&&) noexcept = default;
+
+std::unique_ptr<Runtime> CudaRuntime::fresh() const {
+  auto rt = std::make_unique<CudaRuntime>(state_->shared);
+  rt->state_->graphs = state_->graphs;
+  return rt;
+}
+
+void CudaRuntime::set_graphs_enabled(bool enabled) { state_->graphs = enabled; }
+bool CudaRuntime::graphs_enabled() const { return state_->graphs; }
+int64_t CudaRuntime::last_arena_bytes() const { return state_->last_arena; }
+int CudaRuntime::graphs_captured() const { return state_->captured; }
+int CudaRuntime::graph_replays() const { return state_->replays; }
+int CudaRuntime::kernels_compiled() const { return state_->shared->modules->stats().compiled; }
+const DeviceInfo& CudaRuntime::device_info() const { return state_->shared->context->info(); }
+
+void CudaRuntime::prepare(std::span<const luminal::Graph* const> programs) {
+  state_->shared->context->make_current();
+  std::vector<std::string> regions;
+  for (const luminal::Graph* g : programs) {
+    try {
+      for (auto& r : program_regions(*g)) regions.push_back(std::move(r));
+    } catch (const Error&) {
+      // This program's error is thrown again from its load_program.
+    }
+  }
+  state_->shared->compile(regions);
+}
+
+void CudaRuntime::load_program(size_t slot, const luminal::Graph& program, std::vector<NodeId> external_ids) {
+  LUMINAL_ASSERT(external_ids.size() == program.size(), "external id table size");
+  auto& s = *state_;
+  s.shared->context->make_current();
+  if (s.slots.size() <= slot) s.slots.resize(slot + 1);
+  ProgramPlan p;
+  p.graph = program;
+  p.external_ids = std::move(external_ids);
+  std::vector<std::string> regions;
+  std::vector<std::string> step_regions;
+  for (NodeId i = 0; i < program.size(); ++i) {
+    const Node& n = p.graph.node(i);
+    for (const auto& in : n.inputs) LUMINAL_ASSERT(in.node < i, "program is not in topological order at node ", i);
+    for (const auto& d : n.shape)
+      for (const auto& v : d.variables())
+        if (std::find(p.dim_names.begin(), p.dim_names.end(), v) == p.dim_names.end()) p.dim_names.push_back(v);
+    if ((n.op == OpKind::Input || n.op == OpKind::Output) && p.external_ids[i] != kNoNode)
+      p.program_of[p.external_ids[i]] = i;
+    if (n.op == OpKind::Input) continue;
+    Step step;
+    step.node = i;
+    std::string region;
+    if (n.op == OpKind::CustomOp) {
+      // No device implementation of a user's op: its reference runs on the host, with the
+      // inputs copied down and the result copied up (correct, slow, never silent: such a
+      // program runs without CUDA graphs).
+      step.kind = StepKind::Custom;
+      for (const auto& in : n.inputs) {
+        const Node& src = p.graph.node(in.node);
+        bool direct = in.view.is_contiguous() && in.view.shape() == src.shape;
+        step.custom_copy_regions.push_back(direct ? std::string()
+                                                  : kernel::copy_region_text(src.dtype, src.shape, in.view, "cuda"));
+        if (!direct) regions.push_back(step.custom_copy_regions.back());
+      }
+    } else if (is_matmul(n)) {
+      step.kind = n.backend->name == "CudaGemv" ? StepKind::Gemv : StepKind::CublasLt;
+      step.gemm = kernel::gemm_layout(n.inputs[0].view, n.inputs[1].view);
+      LUMINAL_CHECK(step.gemm.has_value(), "cuda: ", n.backend->name, " with operand views it cannot take");
+      LUMINAL_CHECK(gemm_dtype(n.dtype), "cuda: ", n.backend->name, " of ", dtype_name(n.dtype),
+                    " (F32, F16 and BF16 only)");
+      const GemmOperand* ops[] = {&step.gemm->a, &step.gemm->b};
+      for (int o = 0; o < 2; ++o) {
+        const Node& src = p.graph.node(n.inputs[o].node);
+        LUMINAL_CHECK(src.dtype == n.dtype, "cuda: ", n.backend->name, " operand of ", dtype_name(src.dtype),
+                      " for a ", dtype_name(n.dtype), " product");
+        // Every operand has a copy region: one whose strides or alignment cuBLASLt or the
+        // GEMV cannot take is packed first (decided per run, from the actual strides).
+        step.copy_region[o] = kernel::copy_region_text(src.dtype, src.shape, ops[o]->copy_view, "cuda");
+        if (ops[o]->copy) regions.push_back(step.copy_region[o]);
+      }
+    } else if (n.op == OpKind::BackendOp && n.backend->name != "Fused") {
+      fail("cuda: backend op '", n.backend->name, "' is not a CUDA op (was the program extracted for another backend?)");
+    } else {
+      region = *kernel::node_region_text(p.graph, n, "cuda");
+      regions.push_back(region);
+    }
+    step_regions.push_back(std::move(region));
+    p.steps.push_back(std::move(step));
+  }
+  std::sort(p.dim_names.begin(), p.dim_names.end());
+  s.shared->compile(regions);
+  for (size_t k = 0; k < p.steps.size(); ++k)
+    if (p.steps[k].kind == StepKind::Kernel) p.steps[k].kernel = s.shared->get(step_regions[k]);
+  p.errors = DeviceBuffer(std::max<size_t>(16, p.steps.size() * sizeof(int32_t)));
+  s.slots[slot] = std::move(p);
+}
+
+void CudaRuntime::set_tensor(NodeId input, HostTensor data) {
+  auto& s = *state_;
+  const Node* n = s.find_io(input);
+  LUMINAL_CHECK(n != nullptr, "tensor ", input, " is not an input or output of the loaded program");
+  LUMINAL_CHECK(n->op == OpKind::Input, "set_data: tensor ", input, " is not an input");
+  s.shared->context->make_current();
+  if (data.dtype != n->dtype) data = data.cast(n->dtype);
+  DeviceTensor& t = s.data[input];
+  t.dtype = data.dtype;
+  t.numel = data.numel();
+  t.shape = data.shape;
+  t.reserve(data.bytes.size());
+  if (!data.bytes.empty()) LUMINAL_CU(cuMemcpyHtoDAsync, t.ptr(), data.bytes.data(), data.bytes.size(), s.stream());
+  LUMINAL_CU(cuStreamSynchronize, s.stream());
+  t.valid = true;
+}
+
+void CudaRuntime::bind_device_pointer(NodeId node, DevicePtr ptr, size_t bytes) {
+  auto& s = *state_;
+  const Node* n = s.find_io(node);
+  LUMINAL_CHECK(n != nullptr, "tensor ", node, " is not an input or output of the loaded program");
+  LUMINAL_CHECK(ptr != 0, "bind_device_pointer: null pointer for tensor ", node);
+  DeviceTensor& t = s.data[node];
+  t.buffer = DeviceBuffer();
+  t.external = ptr;
+  t.external_bytes = bytes;
+  t.dtype = n->dtype;
+  if (n->op == OpKind::Input) {
+    t.numel = bytes / dtype_bytes(n->dtype);
+    t.shape.clear();
+    t.valid = true;
+  }
+}
+
+DevicePtr CudaRuntime::device_pointer(NodeId node) const {
+  auto it = state_->data.find(node);
+  return it == state_->data.end() ? 0 : it->second.ptr();
+}
+
+bool CudaRuntime::has_tensor(NodeId node) const {
+  auto it = state_->data.find(node);
+  return it != state_->data.end() && it->second.valid;
+}
+
+HostTensor CudaRuntime::get_tensor(NodeId node) const {
+  auto& s = *state_;
+  const Node* n = s.find_io(node);
+  LUMINAL_CHECK(n != nullptr, "tensor ", node, " is not an input or output of the loaded program");
+  auto it = s.data.find(node);
+  LUMINAL_CHECK(it != s.data.end() && it->second.valid, "tensor ", node, " ('", n->label, "') has no data: ",
+                n->op == OpKind::Output ? "execute has not run"
+                                        : "it was never set, or a previous execute consumed it (persist() keeps it)");
+  const DeviceTensor& t = it->second;
+  s.shared->context->make_current();
+  HostTensor h = HostTensor::zeros(t.dtype, t.numel, t.shape);
+  if (!h.bytes.empty()) {
+    LUMINAL_CU(cuMemcpyDtoHAsync, h.bytes.data(), t.ptr(), h.bytes.size(), s.stream());
+  }
+  LUMINAL_CU(cuStreamSynchronize, s.stream());
+  return h;
+}
+
+namespace {
+
+// Everything a run of one slot needs, resolved once per (dims, pointers).
+struct Resolver {
+  CudaRuntime::Shared& shared;
+  const ProgramPlan& p;
+  const DimMap& dims;
+  const std::vector<DevicePtr>& ptr;  // per program node
+  Resolved& r;
+
+  std::vector<int64_t> dim_values;  // every kernel's dims, concatenated
+  std::vector<size_t> dim_offset;   // per step
+  size_t scratch_bytes[2] = {0, 0};
+
+  int64_t eval(const Expression& e) const { return e.eval(dims); }
+
+  // Launch of a compiled kernel: inputs, output, the step's error slot, its dims.
+  void add_kernel(const std::shared_ptr<Compiled>& c, std::vector<DevicePtr> inputs, DevicePtr out, size_t step,
+                  DevicePtr errors, const std::string& what) {
+    const kernel::Kernel& k = c->kernel;
+    const int64_t grid = eval(k.grid_x);
+    LUMINAL_CHECK(grid <= std::numeric_limits<int32_t>::max(), "cuda: ", what, " needs ", grid,
+                  " blocks, above the grid limit");
+    if (grid <= 0) return;
+    const size_t offset = dim_values.size();
+    for (const auto& d : k.dim_names) {
+      auto it = dims.find(d);
+      LUMINAL_CHECK(it != dims.end(), "execute: dimension '", d, "' has no value");
+      dim_values.push_back(it->second);
+    }
+    dim_offset.push_back(offset);
+    inputs.push_back(out);
+    inputs.push_back(errors + step * sizeof(int32_t));
+    inputs.push_back(0);  // the dims pointer: filled once the dims buffer exists
+    const size_t dims_arg = inputs.size() - 1;
+    api::CUfunction fn = c->fn;
+    const unsigned block = static_cast<unsigned>(k.block_x);
+    r.ops.push_back({[fn, grid, block, args = std::move(inputs), dims_arg, offset, this_r = &r](StreamHandle s) mutable {
+                       args[dims_arg] = this_r->dims.ptr() + offset * sizeof(int64_t);
+                       launch_kernel(fn, static_cast<unsigned>(grid), block, args, s);
+                     },
+                     false});
+  }
+};
+
+}  // namespace
+
+void CudaRuntime::run(size_t slot, const DimMap& dims) {
+  auto& s = *state_;
+  LUMINAL_CHECK(slot < s.slots.size() && s.slots[slot].graph.size() > 0, "execute: no program loaded (compile first)");
+  s.shared->context->make_current();
+  ProgramPlan& p = s.slots[slot];
+  const luminal::Graph& g = p.graph;
+  const StreamHandle stream = s.stream();
+  std::vector<int64_t> key;
+  for (const auto& d : p.dim_names) {
+    auto it = dims.find(d);
+    LUMINAL_CHECK(it != dims.end(), "execute: dimension '", d,
+                  "' has no value; set it with Graph::set_dim or pass it in the dim map");
+    key.push_back(it->second);
+  }
+  // Inputs: the user's device buffers, checked against their shapes.
+  std::vector<DevicePtr> ptr(g.size(), 0);
+  std::vector<DevicePtr> bound;
+  for (NodeId i = 0; i < g.size(); ++i) {
+    const Node& n = g.node(i);
+    if (n.op != OpKind::Input) continue;
+    auto it = s.data.find(p.external_ids[i]);
+    LUMINAL_CHECK(it != s.data.end() && it->second.valid, "execute: input '", n.label,
+                  "' has no data (never set, or consumed by a previous execute; persist() keeps it)");
+    const int64_t expect = product(n.shape).eval(dims);
+    LUMINAL_CHECK(static_cast<int64_t>(it->second.numel) == expect, "execute: input '", n.label, "' has ",
+                  it->second.numel, " elements but its shape ", to_string(n.shape), " needs ", expect);
+    ptr[i] = it->second.ptr();
+    bound.push_back(ptr[i]);
+  }
+  // Intermediates live in the arena, planned for the largest size each buffer has had.
+  auto needs_buffer = [&](NodeId id) { return g.node(id).op != OpKind::Input; };
+  plan::ProgramBuffers now = plan::program_buffers(g, dims, needs_buffer);
+  bool fits = p.planned_uses.size() == now.uses.size();
+  for (size_t i = 0; fits && i < now.uses.size(); ++i) fits = now.uses[i].bytes <= p.planned_uses[i].bytes;
+  if (!fits) {
+    if (p.planned_uses.size() == now.uses.size())
+      for (size_t i = 0; i < now.uses.size(); ++i) now.uses[i].bytes = std::max(now.uses[i].bytes, p.planned_uses[i].bytes);
+    plan::MemoryPlan packed = plan::pack(now.uses, kAlignment);
+    p.arena = packed;
+    p.arena.offsets.assign(g.size(), plan::kNotInArena);
+    for (size_t i = 0; i < now.nodes.size(); ++i) p.arena.offsets[now.nodes[i]] = packed.offsets[i];
+    p.planned_uses = std::move(now.uses);
+    ++p.arena_version;
+  }
+  if (static_cast<int64_t>(s.arena.bytes()) < p.arena.arena_bytes) {
+    LUMINAL_CU(cuStreamSynchronize, stream);
+    s.arena = DeviceBuffer(static_cast<size_t>(p.arena.arena_bytes));
+    ++s.arena_version;
+  }
+  s.last_arena = p.arena.arena_bytes;
+  for (NodeId i = 0; i < g.size(); ++i)
+    if (g.node(i).op != OpKind::Input && p.arena.offsets[i] != plan::kNotInArena)
+      ptr[i] = s.arena.ptr() + static_cast<DevicePtr>(p.arena.offsets[i]);
+  // Outputs are written straight into the user's buffers (kept from run to run).
+  std::vector<std::pair<NodeId, DeviceTensor*>> outputs;
+  for (NodeId i = 0; i < g.size(); ++i) {
+    const Node& n = g.node(i);
+    if (n.op != OpKind::Output) continue;
+    DeviceTensor& t = p.external_ids[i] != kNoNode ? s.data[p.external_ids[i]] : p.private_outputs[i];
+    t.reserve(static_cast<size_t>(product(n.shape).eval(dims)) * dtype_bytes(n.dtype));
+    ptr[i] = t.ptr();
+    bound.push_back(ptr[i]);
+    outputs.emplace_back(i, &t);
+  }
+  bound.push_back(s.arena.ptr());
+  bound.push_back(static_cast<DevicePtr>(s.arena_version));
+  bound.push_back(static_cast<DevicePtr>(p.arena_version));
+
+  // Resolve (once per dims and pointers): every launch with its arguments.
+  if (p.resolved.size() >= kMaxResolutions && !p.resolved.count(key)) {
+    auto oldest = std::min_element(p.resolved.begin(), p.resolved.end(), [](const auto& a, const auto& b) {
+      return (a.second ? a.second->last_used : 0) < (b.second ? b.second->last_used : 0);
+    });
+    LUMINAL_CU(cuStreamSynchronize, stream);
+    p.resolved.erase(oldest);
+  }
+  auto& slot_entry = p.resolved[key];
+  const bool fresh_resolve = !slot_entry || slot_entry->bound != bound;
+  if (fresh_resolve) try {
+    LUMINAL_CU(cuStreamSynchronize, stream);  // the old entry's buffers may be in use
+    slot_entry = std::make_unique<Resolved>();
+    Resolved& r = *slot_entry;
+    r.bound = bound;
+    Resolver rs{*s.shared, p, dims, ptr, r, {}, {}, {}};
+    const DevicePtr errors = p.errors.ptr();
+    const int sm_count = s.shared->context->info().sm_count;
+    r.ops.push_back({[errors, n = p.errors.bytes()](StreamHandle st) { LUMINAL_CU(cuMemsetD8Async, errors, 0, n, st); },
+                     false});
+    // Matmul operand copies go to scratch buffers allocated after resolving (their size
+    // is the largest step's); ops read the pointers at enqueue time through `r`.
+    for (size_t si = 0; si < p.steps.size(); ++si) {
+      const Step& step = p.steps[si];
+      const Node& n = g.node(step.node);
+      const std::string what = n.op == OpKind::BackendOp ? n.backend->name : std::string(op_name(n.op));
+      std::vector<DevicePtr> ins;
+      for (const auto& in : n.inputs) ins.push_back(ptr[in.node]);
+      switch (step.kind) {
+        case StepKind::Kernel:
+          rs.add_kernel(step.kernel, ins, ptr[step.node], si, errors, what);
+          break;
+        case StepKind::Gemv:
+        case StepKind::CublasLt: {
+          const GemmLayout& l = *step.gemm;
+          const int64_t m = rs.eval(l.m), nn = rs.eval(l.n), k = rs.eval(l.k), batch = rs.eval(l.batch);
+          const DType dt = n.dtype;
+          const int64_t esize = static_cast<int64_t>(dtype_bytes(dt));
+          const DevicePtr out = ptr[step.node];
+          if (m == 0 || nn == 0 || batch == 0) break;
+          if (k == 0) {  // an empty sum
+            const size_t bytes = static_cast<size_t>(m * nn * batch * esize);
+            r.ops.push_back({[out, bytes](StreamHandle st) { LUMINAL_CU(cuMemsetD8Async, out, 0, bytes, st); }, false});
+            break;
+          }
+          // Each operand as [rows, cols] with element strides; packed through its copy
+          // kernel when the library cannot read it as it lies.
+          struct Operand {
+            DevicePtr base = 0;
+            int64_t rows = 0, cols = 0, rs = 0, cs = 0, bs = 0;
+            int scratch = -1;  // >= 0: read from that scratch buffer
+          } op[2];
+          const GemmOperand* go[] = {&l.a, &l.b};
+          const bool gemv = step.kind == StepKind::Gemv && batch == 1 && m <= kGemvMaxRows;
+          for (int o = 0; o < 2; ++o) {
+            Operand& x = op[o];
+            x.rows = o == 0 ? m : k;
+            x.cols = o == 0 ? k : nn;
+            bool copy = go[o]->copy;
+            if (!copy) {
+              x.base = ptr[n.inputs[o].node] + static_cast<DevicePtr>(rs.eval(go[o]->offset) * esize);
+              x.rs = rs.eval(go[o]->row);
+              x.cs = rs.eval(go[o]->col);
+              x.bs = rs.eval(go[o]->batch);
+              if (gemv) {
+                // The GEMV reads x as [m, k] and w as [n, k], both packed.
+                copy = o == 0 ? !(x.cs == 1 && (m == 1 || x.rs == k)) : !(x.rs == 1 && (nn == 1 || x.cs == k));
+              } else {
+                copy = x.base % kAlignment != 0 || !lt_layout(x.rows, x.cols, x.rs, x.cs, x.bs, batch);
+              }
+            }
+            if (copy) {
+              // Packed: A as [batch?, m, k], B as [batch?, n, k] (k contiguous).
+              const int64_t elems = batch * (o == 0 ? m * k : nn * k);
+              rs.scratch_bytes[o] = std::max(rs.scratch_bytes[o], static_cast<size_t>(elems * esize));
+              auto copier = s.shared->get(step.copy_region[o]);
+              x.scratch = o;
+              const DevicePtr src = ptr[n.inputs[o].node];
+              // The copy kernel's output pointer is the scratch buffer, known at enqueue.
+              const int64_t grid = rs.eval(copier->kernel.grid_x);
+              const size_t offset = rs.dim_values.size();
+              for (const auto& d : copier->kernel.dim_names) rs.dim_values.push_back(dims.at(d));
+              api::CUfunction fn = copier->fn;
+              const unsigned block = static_cast<unsigned>(copier->kernel.block_x);
+              const DevicePtr err = errors + si * sizeof(int32_t);
+              Resolved* rp = &r;
+              if (grid > 0)
+                r.ops.push_back({[fn, grid, block, src, err, offset, rp, o](StreamHandle st) {
+                                   launch_kernel(fn, static_cast<unsigned>(grid), block,
+                                                 {src, rp->scratch[o].ptr(), err, rp->dims.ptr() + offset * sizeof(int64_t)},
+                                                 st);
+                                 },
+                                 false});
+              if (o == 0) {
+                x.rs = k, x.cs = 1, x.bs = m * k;
+              } else {
+                x.rs = 1, x.cs = k, x.bs = nn * k;
+              }
+            }
+          }
+          Resolved* rp = &r;
+          auto operand_ptr = [rp](const Operand& x) { return x.scratch >= 0 ? rp->scratch[x.scratch].ptr() : x.base; };
+          if (gemv) {
+            GemvArgs a;
+            a.dtype = dt;
+            a.M = static_cast<int>(m);
+            a.N = static_cast<int>(nn);
+            a.K = static_cast<int>(k);
+            LUMINAL_CHECK(nn <= std::numeric_limits<int32_t>::max() && k <= std::numeric_limits<int32_t>::max(),
+                          "cuda: GEMV sizes above 2^31");
+            // Load the variant now, outside any stream capture.
+            const GemvConfig cfg = choose_gemv_config(a.M, a.N, a.K, sm_count);
+            int cap = 1;
+            while (cap < a.M) cap *= 2;
+            s.shared->modules->function(gemv_source(dt, cap, cfg.rows_per_warp, Activation::None, cfg.unroll),
+                                        kGemvKernelName);
+            ModuleCache* cache = s.shared->modules.get();
+            r.ops.push_back({[a, op0 = op[0], op1 = op[1], out, operand_ptr, cache, sm_count](StreamHandle st) mutable {
+                               a.x = operand_ptr(op0);
+                               a.w = operand_ptr(op1);
+                               a.y = out;
+                               launch_gemv(*cache, a, st, sm_count);
+                             },
+                             false});
+          } else {
+            MatmulSpec spec;
+            spec.dtype = dt;
+            spec.m = m;
+            spec.n = nn;
+            spec.k = k;
+            spec.batch = batch;
+            auto la = lt_layout(op[0].rows, op[0].cols, op[0].rs, op[0].cs, op[0].bs, batch);
+            auto lb = lt_layout(op[1].rows, op[1].cols, op[1].rs, op[1].cs, op[1].bs, batch);
+            LUMINAL_ASSERT(la && lb, "cuda: a packed matmul operand has no cuBLASLt layout");
+            spec.a = *la;
+            spec.b = *lb;
+            spec.d.order = Order::RowMajor;
+            spec.d.ld = nn;
+            spec.d.batch_stride = batch > 1 ? m * nn : 0;
+            std::string why;
+            LUMINAL_CHECK(cublaslt_supports(spec, &why), "cuda: cuBLASLt cannot run ", what, ": ", why);
+            CublasLt& lt = s.shared->cublaslt();
+            const CublasLt::Plan* plan = &lt.prepare(spec);  // outside capture: the heuristic runs once
+            r.ops.push_back({[plan, &lt, op0 = op[0], op1 = op[1], out, operand_ptr](StreamHandle st) {
+                               lt.enqueue(*plan, operand_ptr(op0), operand_ptr(op1), out, 0, st);
+                             },
+                             false});
+          }
+          break;
+        }
+        case StepKind::Custom: {
+          r.host_ops = true;
+          const size_t first_scratch = r.custom_scratch.size();
+          std::vector<std::vector<int64_t>> shapes;
+          std::vector<DType> dtypes;
+          for (size_t k = 0; k < n.inputs.size(); ++k) {
+            const auto& in = n.inputs[k];
+            std::vector<int64_t> shape;
+            for (const auto& d : in.view.shape()) shape.push_back(rs.eval(d));
+            shapes.push_back(shape);
+            dtypes.push_back(g.node(in.node).dtype);
+            const size_t bytes = static_cast<size_t>(product(in.view.shape()).eval(dims)) * dtype_bytes(dtypes.back());
+            if (step.custom_copy_regions[k].empty()) {
+              r.custom_scratch.emplace_back();  // read in place
+            } else {
+              r.custom_scratch.emplace_back(std::max<size_t>(bytes, 16));
+              rs.add_kernel(s.shared->get(step.custom_copy_regions[k]), {ins[k]}, r.custom_scratch.back().ptr(), si,
+                            errors, what + " input copy");
+            }
+          }
+          std::vector<int64_t> out_shape;
+          for (const auto& d : n.shape) out_shape.push_back(rs.eval(d));
+          const size_t out_bytes = static_cast<size_t>(product(n.shape).eval(dims)) * dtype_bytes(n.dtype);
+          std::shared_ptr<const CustomOp> custom = n.custom;
+          const DType out_dtype = n.dtype;
+          const DevicePtr out = ptr[step.node];
+          Resolved* rp = &r;
+          r.ops.push_back({[custom, shapes, dtypes, ins, first_scratch, rp, out_shape, out_bytes, out_dtype,
+                            out](StreamHandle st) {
+                             LUMINAL_CU(cuStreamSynchronize, st);
+                             std::vector<HostTensor> host;
+                             for (size_t k = 0; k < shapes.size(); ++k) {
+                               size_t numel = 1;
+                               for (auto x : shapes[k]) numel *= static_cast<size_t>(x);
+                               HostTensor t = HostTensor::zeros(dtypes[k], numel, shapes[k]);
+                               const DeviceBuffer& copy = rp->custom_scratch[first_scratch + k];
+                               const DevicePtr src = copy.ptr() ? copy.ptr() : ins[k];
+                               if (!t.bytes.empty()) LUMINAL_CU(cuMemcpyDtoHAsync, t.bytes.data(), src, t.bytes.size(), st);
+                               host.push_back(std::move(t));
+                             }
+                             LUMINAL_CU(cuStreamSynchronize, st);
+                             HostTensor result = custom->execute_reference(host, out_shape, out_dtype);
+                             LUMINAL_CHECK(result.dtype == out_dtype && result.bytes.size() == out_bytes, "custom op '",
+                                           custom->name(), "' returned the wrong size or dtype");
+                             if (out_bytes) LUMINAL_CU(cuMemcpyHtoDAsync, out, result.bytes.data(), out_bytes, st);
+                             LUMINAL_CU(cuStreamSynchronize, st);
+                           },
+                           true});
+          break;
+        }
+      }
+    }
+    // State updates (KV caches, ...): the output's bytes land in the persisted input.
+    for (auto& [i, t] : outputs) {
+      const Node& n = g.node(i);
+      if (n.updates == kNoNode) continue;
+      auto it = s.data.find(p.external_ids[n.updates]);
+      LUMINAL_CHECK(it != s.data.end(), "execute: state input of output '", n.label, "' has no data");
+      const size_t bytes = static_cast<size_t>(product(n.shape).eval(dims)) * dtype_bytes(n.dtype);
+      LUMINAL_CHECK(it->second.capacity() >= bytes, "execute: state input of output '", n.label, "' is smaller than it");
+      const DevicePtr dst = it->second.ptr(), src = ptr[i];
+      r.ops.push_back({[dst, src, bytes](StreamHandle st) { copy_device_to_device(dst, src, bytes, st); }, false});
+    }
+    for (int o = 0; o < 2; ++o)
+      if (rs.scratch_bytes[o]) r.scratch[o] = DeviceBuffer(rs.scratch_bytes[o]);
+    r.dims = DeviceBuffer(std::max<size_t>(16, rs.dim_values.size() * sizeof(int64_t)));
+    if (!rs.dim_values.empty()) r.dims.upload(rs.dim_values.data(), rs.dim_values.size() * sizeof(int64_t), stream);
+  } catch (...) {
+    p.resolved.erase(key);  // never replay a half-resolved run
+    throw;
+  }
+  Resolved& r = *slot_entry;
+  r.last_used = ++p.clock;
+  auto enqueue_all = [&] {
+    for (auto& op : r.ops) op.enqueue(stream);
+  };
+  // A resolution is captured on its second run: dims seen once (a decode step at a new
+  // position) never pay for a capture; repeated ones replay one graph.
+  if (s.graphs && !r.host_ops && (r.graph || r.runs >= 1)) {
+    if (!r.graph) {
+      r.graph = std::make_unique<cuda::Graph>(stream, enqueue_all);
+      ++s.captured;
+    } else {
+      ++s.replays;
+    }
+    ++r.runs;
+    r.graph->launch(stream);
+  } else {
+    ++r.runs;
+    for (auto& op : r.ops) {
+      check_deadline();
+      op.enqueue(stream);
+    }
+  }
+  std::vector<int32_t> errors(p.steps.size(), 0);
+  if (!errors.empty()) p.errors.download(errors.data(), errors.size() * sizeof(int32_t), stream);
+  else LUMINAL_CU(cuStreamSynchronize, stream);
+  for (size_t k = 0; k < errors.size(); ++k)
+    if (errors[k] != 0) {
+      const Node& n = g.node(p.steps[k].node);
+      fail(n.user_op.empty() ? std::string(op_name(n.op)) : n.user_op, ": ", kernel_error_text(errors[k]));
+    }
+  // Outputs are readable; state updates landed in their inputs; inputs that do not
+  // persist are consumed (their buffers are kept for the next run).
+  for (auto& [i, t] : outputs) {
+    const Node& n = g.node(i);
+    t->dtype = n.dtype;
+    t->numel = static_cast<size_t>(product(n.shape).eval(dims));
+    t->shape.clear();
+    t->valid = true;
+  }
+  for (NodeId i = 0; i < g.size(); ++i)
+    if (g.node(i).op == OpKind::Input && !g.node(i).persist) {
+      auto it = s.data.find(p.external_ids[i]);
+      if (it != s.data.end() && !it->second.external) it->second.valid = false;
+    }
+}
+
+void CudaRuntime::fill_profiling_input(NodeId id, const Node& input, const DimMap& dims, uint64_t seed,
+                                       bool adversarial) {
+  auto& s = *state_;
+  if (adversarial || !gemm_dtype(input.dtype) || s.find_io(id) == nullptr) {
+    Runtime::fill_profiling_input(id, input, dims, seed, adversarial);
+    return;
+  }
+  s.shared->context->make_current();
+  const auto numel = static_cast<size_t>(product(input.shape).eval(dims));
+  DeviceTensor& t = s.data[id];
+  t.dtype = input.dtype;
+  t.numel = numel;
+  t.shape.clear();
+  t.reserve(numel * dtype_bytes(input.dtype));
+  // Uniform in [-2, 2), as the host default.
+  fill_uniform(*s.shared->modules, input.dtype, t.ptr(), static_cast<int64_t>(numel), static_cast<uint32_t>(seed ^ (seed >> 32)),
+               2.0f, s.stream());
+  LUMINAL_CU(cuStreamSynchronize, s.stream());
+  t.valid = true;
+}
+
+ProfileResult CudaRuntime::profile(const DimMap& dims, const ProfileOptions& o) {
+  using clock = std::chrono::steady_clock;
+  auto& s = *state_;
+  s.shared->context->make_current();
+  ProfileResult result;
+  const auto start = clock::now();
+  set_deadline(start + std::chrono::duration_cast<clock::duration>(o.timeout));
+  double best = std::numeric_limits<double>::infinity();
+  try {
+    // Two warm-up runs at least: the first resolves (and compiles anything left), the
+    // second captures the graph; trials replay it, timed with events on the stream.
+    for (int t = 0; t < std::max(o.warmup, 2); ++t) run(active_slot(), dims);
+    Event begin, end;
+    for (int t = 0; t < std::max(o.trials, 1); ++t) {
+      if (clock::now() - start > o.timeout) {
+        result.timed_out = true;
+        break;
+      }
+      begin.record(s.stream());
+      run(active_slot(), dims);
+      end.record(s.stream());
+      end.synchronize();
+      best = std::min(best, Event::elapsed_ms(begin, end) * 1e-3);
+    }
+  } catch (const ProfileTimeout&) {
+    result.timed_out = true;
+  } catch (...) {
+    set_deadline(std::nullopt);
+    throw;
+  }
+  set_deadline(std::nullopt);
+  result.seconds = best;
+  return result;
+}
+
+}  // namespace luminal::cuda

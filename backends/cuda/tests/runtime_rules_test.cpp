@@ -1,0 +1,153 @@
+// The CUDA runtime without a GPU: the unavailable path throws the clear error; the
+// backend's rules put both matmul implementations into the e-graph; and every kernel the
+// runtime would compile for a set of extracted programs (MLP, attention, transformer
+// block, in F32 and with BF16 data) compiles with NVRTC for sm_90, which needs no GPU.
+#include <gtest/gtest.h>
+
+#include <random>
+#include <set>
+
+#include "luminal/kernel/nvrtc.hpp"
+#include "luminal/luminal.hpp"
+#include "luminal/search/genetic.hpp"
+#include "luminal/search/hlir_egraph.hpp"
+#include "luminal_cuda/cuda_runtime.hpp"
+#include "luminal_cuda/device.hpp"
+#include "test_graphs.hpp"
+
+using namespace luminal;
+using namespace luminal::testing;
+
+namespace {
+
+bool allow_no_nvrtc() {
+  const char* v = std::getenv("LUMINAL_ALLOW_NO_NVRTC");
+  return v && std::string(v) == "1";
+}
+
+// Programs extracted from the e-graph grown by the core rules and the CUDA backend's
+// rules (in its stages), by random genomes.
+std::vector<search::Extracted> extract_programs(TestModel& m, int count, uint64_t seed) {
+  auto lowered = search::lower_to_egraph(m.cx, [](egraph::EGraph& eg) { cuda::register_runtime_primitives(eg); });
+  auto files = search::core_rule_files();
+  for (auto& f : cuda::runtime_rule_files()) files.push_back(f);
+  search::load_rule_files(lowered, files);
+  ReferenceRuntime base;
+  for (const auto& stage : cuda::runtime_rule_stages(base, CompileOptions().rulesets({"core", "commute"}))) {
+    std::vector<egraph::Schedule> sets;
+    for (auto& rs : stage.rulesets) sets.push_back(egraph::Schedule::run(rs));
+    egraph::RunOptions ro;
+    ro.node_limit = static_cast<size_t>(stage.node_limit);
+    lowered.egraph->run(egraph::Schedule::saturate(sets), ro);
+  }
+  auto space = search::choice_space(lowered);
+  std::mt19937_64 rng(seed);
+  std::vector<search::Extracted> programs;
+  for (int c = 0; c < count; ++c) {
+    search::Genome g(space.slots.size());
+    for (size_t s = 0; s < g.size(); ++s) g[s] = static_cast<uint32_t>(rng() % space.options[s].size());
+    if (auto p = search::extract(lowered, space, g)) programs.push_back(std::move(*p));
+  }
+  return programs;
+}
+
+int count_ops(const luminal::Graph& g, const std::string& name) {
+  int n = 0;
+  for (const Node& node : g.nodes()) n += node.op == OpKind::BackendOp && node.backend->name == name;
+  return n;
+}
+
+void build_bf16_mlp(TestModel& m) {
+  auto x = m.cx.named_tensor("x", {3, 24}, DType::BF16);
+  m.inputs.push_back(x);
+  auto w = m.cx.named_tensor("w", {40, 24}, DType::BF16).persist();
+  auto w2 = m.cx.named_tensor("w2", {24, 40}, DType::BF16).persist();
+  m.inputs.push_back(w);
+  m.inputs.push_back(w2);
+  m.outputs.push_back(x.linear(w).silu().linear(w2).rms_norm(1, std::nullopt, 1e-5).output());
+}
+
+}  // namespace
+
+TEST(CudaRuntimeNoGpu, UnavailableThrowsTheClearError) {
+  if (cuda::available().ok) GTEST_SKIP() << "skipped: a GPU is present (" << cuda::available().message << ")";
+  try {
+    cuda::CudaRuntime rt;
+    FAIL() << "constructing the CUDA runtime without a GPU did not throw";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("CUDA backend unavailable: "), std::string::npos) << what;
+    EXPECT_NE(what.find(cuda::available().message), std::string::npos) << what;
+  }
+  // Compiling with it fails the same way, never a crash.
+  luminal::Graph cx;
+  auto x = cx.tensor({3});
+  (x * 2.0).output();
+  EXPECT_THROW(cx.compile(cuda::CudaRuntime{}, CompileOptions()), Error);
+}
+
+TEST(CudaRuntimeNoGpu, MatmulRulesOfferBothImplementations) {
+  TestModel m;
+  build_mlp(m);
+  auto programs = extract_programs(m, 200, 7);
+  ASSERT_GT(programs.size(), 50u);
+  int gemv = 0, lt = 0, fused = 0;
+  for (const auto& p : programs) {
+    gemv += count_ops(p.program, "CudaGemv") > 0;
+    lt += count_ops(p.program, "CudaCublasLt") > 0;
+    fused += count_ops(p.program, "Fused") > 0;
+  }
+  EXPECT_GT(gemv, 0);
+  EXPECT_GT(lt, 0);
+  EXPECT_GT(fused, 0);
+}
+
+TEST(CudaRuntimeNoGpu, MatmulRulesPinTheLayout) {
+  // A matmul of integers is not a GEMM for this backend; a 2-D SumReduce of a Mul that is
+  // not matmul-shaped (an elementwise product summed) is not either.
+  luminal::Graph cx;
+  auto a = cx.tensor({4, 6}, DType::I32);
+  auto b = cx.tensor({6, 5}, DType::I32);
+  auto c = cx.tensor({4, 6});
+  auto d = cx.tensor({4, 6});
+  a.matmul(b).output();
+  (c * d).sum({1}).output();
+  TestModel m;
+  m.cx = cx;
+  auto programs = extract_programs(m, 60, 3);
+  ASSERT_FALSE(programs.empty());
+  for (const auto& p : programs) {
+    EXPECT_EQ(count_ops(p.program, "CudaGemv"), 0);
+    EXPECT_EQ(count_ops(p.program, "CudaCublasLt"), 0);
+  }
+}
+
+TEST(CudaRuntimeNoGpu, EmittedKernelsCompileForSm90) {
+  if (!kernel::nvrtc::available()) {
+    if (allow_no_nvrtc()) GTEST_SKIP() << "skipped: NVRTC not loadable (" << kernel::nvrtc::load_error() << ")";
+    FAIL() << "NVRTC not loadable: " << kernel::nvrtc::load_error() << " (LUMINAL_ALLOW_NO_NVRTC=1 to skip)";
+  }
+  std::set<std::string> regions;
+  for (int which = 0; which < 4; ++which) {
+    TestModel m;
+    if (which == 0) build_mlp(m);
+    if (which == 1) build_attention(m);
+    if (which == 2) build_transformer_block(m);
+    if (which == 3) build_bf16_mlp(m);
+    for (const auto& p : extract_programs(m, 40, 11 + which))
+      for (auto& r : cuda::program_regions(p.program)) regions.insert(r);
+  }
+  ASSERT_GT(regions.size(), 20u);
+  // As the runtime does: several kernels per translation unit, compiled in parallel.
+  std::vector<cuda::KernelSource> units;
+  size_t k = 0;
+  for (const auto& r : regions) {
+    if (k % 8 == 0) units.push_back({"unit" + std::to_string(k / 8), "", {}});
+    units.back().code += cuda::region_kernel_source(r, "lm_k" + std::to_string(k)).code + "\n";
+    ++k;
+  }
+  cuda::ModuleCache cache("sm_90", "");
+  auto cubins = cache.cubins(units);
+  ASSERT_EQ(cubins.size(), units.size());
+  for (const auto& c : cubins) EXPECT_GT(c->size(), 100u);
+}

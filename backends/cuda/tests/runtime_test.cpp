@@ -1,0 +1,382 @@
+// The CUDA runtime against the reference interpreter, on the device: every op family
+// through the tensor API (negatives, odd sizes, strided and broadcast views, dtypes,
+// symbolic dims), matmuls through both implementations (cuBLASLt and our GEMV), blocks of
+// real models compiled with search, CUDA-graph replay across runs and dims changes,
+// state updates (a KV cache), custom ops through their host reference, external device
+// pointers. Each test skips, saying so, where no GPU is usable.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+#include <random>
+
+#include "luminal/luminal.hpp"
+#include "luminal/search/genetic.hpp"
+#include "luminal/search/hlir_egraph.hpp"
+#include "luminal_cuda/cuda_runtime.hpp"
+#include "test_graphs.hpp"
+#include "test_util.hpp"
+
+using namespace luminal;
+
+namespace {
+
+bool same_value(double a, double b, double tol) {
+  if (std::isnan(a) || std::isnan(b)) return std::isnan(a) && std::isnan(b);
+  if (std::isinf(a) || std::isinf(b)) return a == b;
+  return std::abs(a - b) <= tol * (1 + std::abs(b));
+}
+
+HostTensor varied(DType dt, size_t n, uint32_t seed, bool specials) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<double> dist(0.0, 1.5);
+  const double special[] = {0.0, -0.0, INFINITY, -INFINITY, NAN, -1.0, 3.0};
+  HostTensor t = HostTensor::zeros(dt, n);
+  for (size_t k = 0; k < n; ++k) {
+    if (!is_float(dt)) t.set_i64(k, static_cast<int64_t>(rng() % 7) - 3);
+    else t.set_f64(k, specials && rng() % 8 == 0 ? special[rng() % std::size(special)] : dist(rng));
+  }
+  return t;
+}
+
+double tolerance(DType dt, double tol) { return dt == DType::BF16 ? 3e-2 : dt == DType::F16 ? 1e-2 : tol; }
+
+void expect_outputs_match(Runtime& got_rt, Runtime& want_rt, const std::vector<GraphTensor>& outputs,
+                          const std::string& what, double tol) {
+  for (size_t o = 0; o < outputs.size(); ++o) {
+    auto got = got_rt.get(outputs[o]).to_f64(), want = want_rt.get(outputs[o]).to_f64();
+    ASSERT_EQ(got.size(), want.size()) << what << " output " << o;
+    const double t = tolerance(outputs[o].dtype(), tol);
+    for (size_t k = 0; k < got.size(); ++k)
+      ASSERT_TRUE(same_value(got[k], want[k], t)) << what << " output " << o << " element " << k << ": " << got[k]
+                                                  << " instead of " << want[k];
+  }
+}
+
+using Build = std::function<std::vector<GraphTensor>(luminal::Graph&, std::vector<GraphTensor>&)>;
+
+// Build a graph, compile it for the CUDA backend (with search) and the reference
+// runtime, run both on the same varied data for every dims map, compare every output.
+void check(const std::string& what, const Build& build, std::vector<DimMap> dim_sets = {{}}, bool specials = true,
+           double tol = 1e-4, CompileOptions options = CompileOptions().search_graph_limit(8).trials(1)) {
+  luminal::Graph cx;
+  std::vector<GraphTensor> inputs;
+  auto outputs = build(cx, inputs);
+  for (auto& o : outputs) o = o.output();
+  for (const auto& [k, v] : dim_sets.front()) cx.set_dim(k, v);
+  auto gpu = cx.compile(cuda::CudaRuntime{}, options);
+  auto ref = cx.compile(ReferenceRuntime{}, CompileOptions().search_graph_limit(1));
+  uint32_t seed = 1;
+  for (int repeat = 0; repeat < 2; ++repeat)  // the second pass replays the captured graphs
+    for (const auto& dims : dim_sets) {
+      DimMap all = cx.dim_map();
+      for (const auto& [k, v] : dims) all[k] = v;
+      for (auto& in : inputs) {
+        HostTensor t = varied(in.dtype(), static_cast<size_t>(in.numel().eval(all)), seed++, specials);
+        gpu.set_data(in, t);
+        ref.set_data(in, t);
+      }
+      gpu.execute(all);
+      ref.execute(all);
+      expect_outputs_match(gpu, ref, outputs, what, tol);
+    }
+}
+
+// A program for `m` from the e-graph with CUDA rules, its matmuls all `matmul_op`.
+std::optional<search::Extracted> program_with_matmuls(luminal::testing::TestModel& m, const std::string& matmul_op) {
+  auto lowered = search::lower_to_egraph(m.cx, [](egraph::EGraph& eg) { cuda::register_runtime_primitives(eg); });
+  auto files = search::core_rule_files();
+  for (auto& f : cuda::runtime_rule_files()) files.push_back(f);
+  search::load_rule_files(lowered, files);
+  ReferenceRuntime base;
+  for (const auto& stage : cuda::runtime_rule_stages(base, CompileOptions().rulesets({"core"}))) {
+    std::vector<egraph::Schedule> sets;
+    for (auto& rs : stage.rulesets) sets.push_back(egraph::Schedule::run(rs));
+    lowered.egraph->run(egraph::Schedule::saturate(sets), {});
+  }
+  auto space = search::choice_space(lowered);
+  std::mt19937_64 rng(5);
+  for (int attempt = 0; attempt < 400; ++attempt) {
+    search::Genome g(space.slots.size());
+    for (size_t s = 0; s < g.size(); ++s) g[s] = static_cast<uint32_t>(rng() % space.options[s].size());
+    auto p = search::extract(lowered, space, g);
+    if (!p) continue;
+    int matmuls = 0;
+    for (NodeId i = 0; i < p->program.size(); ++i) {
+      const Node& n = p->program.node(i);
+      if (n.op != OpKind::BackendOp || (n.backend->name != "CudaGemv" && n.backend->name != "CudaCublasLt")) continue;
+      auto call = *n.backend;
+      call.name = matmul_op;
+      p->program.mutable_node(i).backend = std::make_shared<const BackendOpCall>(std::move(call));
+      ++matmuls;
+    }
+    if (matmuls > 0) return p;
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+TEST(CudaRuntime, ElementwiseAndReductions) {
+  LUMINAL_REQUIRE_GPU();
+  for (DType dt : {DType::F32, DType::F16, DType::BF16}) {
+    check(std::string("unary ") + std::string(dtype_name(dt)), [dt](luminal::Graph& cx, std::vector<GraphTensor>& in) {
+      auto x = cx.tensor({7, 13}, dt);
+      in = {x};
+      return std::vector<GraphTensor>{x.exp(), x.log(), x.sin(), x.sqrt(), x.reciprocal(), x.abs(), x.relu(),
+                                      x.sigmoid(), x.tanh(), x.sum({1}), x.max({0}), x.mean({1})};
+    });
+  }
+  check("binary with broadcast and transposed views", [](luminal::Graph& cx, std::vector<GraphTensor>& in) {
+    auto a = cx.tensor({5, 9});
+    auto b = cx.tensor({9, 5});
+    auto c = cx.tensor({9});
+    in = {a, b, c};
+    return std::vector<GraphTensor>{a + b.t(), a * c, a - c, a / (b.t() + 3.0), a.maximum(b.t()),
+                                    a.lt(b.t()).cast(DType::F32), a % (c + 5.0)};
+  });
+  check("integers", [](luminal::Graph& cx, std::vector<GraphTensor>& in) {
+    auto a = cx.tensor({4, 6}, DType::I32);
+    auto b = cx.tensor({6}, DType::I32);
+    in = {a, b};
+    return std::vector<GraphTensor>{a + b, a * b, a.sum({0}), a.max({1}), (a * 3 + b).cast(DType::F32)};
+  });
+  check("long reductions (pairwise over lanes)", [](luminal::Graph& cx, std::vector<GraphTensor>& in) {
+    auto x = cx.tensor({3, 4099});
+    in = {x};
+    return std::vector<GraphTensor>{x.sum({1}), x.max({1}), (x * x).mean({1}), x.sum({0})};
+  }, {{}}, false, 1e-5);
+}
+
+TEST(CudaRuntime, FusedNormsAndSoftmax) {
+  LUMINAL_REQUIRE_GPU();
+  for (DType dt : {DType::F32, DType::BF16})
+    check("softmax / norms", [dt](luminal::Graph& cx, std::vector<GraphTensor>& in) {
+      auto x = cx.tensor({6, 333}, dt);
+      auto w = cx.tensor({333}, dt);
+      in = {x, w};
+      return std::vector<GraphTensor>{x.softmax(1), x.rms_norm(1, w, 1e-5), x.layer_norm(1, std::nullopt, std::nullopt, 1e-5),
+                                      x.gelu_tanh(), x.silu()};
+    }, {{}}, /*specials=*/false);
+}
+
+TEST(CudaRuntime, MatmulLayouts) {
+  LUMINAL_REQUIRE_GPU();
+  for (DType dt : {DType::F32, DType::BF16})
+    check(std::string("matmul layouts ") + std::string(dtype_name(dt)), [dt](luminal::Graph& cx, std::vector<GraphTensor>& in) {
+      auto a = cx.tensor({17, 31}, dt);
+      auto b = cx.tensor({31, 9}, dt);
+      auto bt = cx.tensor({9, 31}, dt);
+      auto at = cx.tensor({31, 17}, dt);
+      auto ba = cx.tensor({3, 17, 31}, dt);
+      auto bb = cx.tensor({3, 31, 9}, dt);
+      auto row = cx.tensor({1, 31}, dt);
+      in = {a, b, bt, at, ba, bb, row};
+      return std::vector<GraphTensor>{a.matmul(b), a.matmul(bt.t()), at.t().matmul(b), ba.matmul(bb), ba.matmul(b),
+                                      a.linear(bt), row.linear(bt), a.slice(1, 2, 31).matmul(b.slice(0, 2, 31)),
+                                      a.slice(1, 0, 31, 2).matmul(b.slice(0, 0, 31, 2))};
+    }, {{}}, /*specials=*/false, 1e-4);
+}
+
+TEST(CudaRuntime, MatmulThroughBothImplementations) {
+  LUMINAL_REQUIRE_GPU();
+  for (DType dt : {DType::F32, DType::F16, DType::BF16})
+    for (int rows : {1, 3, 16, 40}) {  // 40 rows: the GEMV op falls back to cuBLASLt
+      luminal::testing::TestModel m;
+      auto x = m.cx.named_tensor("x", {rows, 72}, dt);
+      auto w = m.cx.named_tensor("w", {50, 72}, dt).persist();
+      m.inputs = {x, w};
+      m.outputs.push_back(x.linear(w).output());
+      ReferenceRuntime ref;
+      std::vector<NodeId> ids(m.cx.size());
+      for (NodeId i = 0; i < ids.size(); ++i) ids[i] = i;
+      ref.load(m.cx, ids);
+      HostTensor xv = varied(dt, static_cast<size_t>(rows) * 72, 3, false), wv = varied(dt, 50 * 72, 4, false);
+      ref.set_tensor(x.id(), xv);
+      ref.set_tensor(w.id(), wv);
+      ref.execute(m.cx.dim_map());
+      for (const char* impl : {"CudaGemv", "CudaCublasLt"}) {
+        auto p = program_with_matmuls(m, impl);
+        ASSERT_TRUE(p.has_value()) << "no program with a matmul op";
+        cuda::CudaRuntime rt;
+        rt.load_program(0, p->program, p->io_of);
+        rt.set_tensor(x.id(), xv);
+        rt.set_tensor(w.id(), wv);
+        rt.execute(m.cx.dim_map());
+        expect_outputs_match(rt, ref, m.outputs, std::string(impl) + " " + std::string(dtype_name(dt)) + " rows " +
+                                                     std::to_string(rows), 1e-4);
+      }
+    }
+}
+
+TEST(CudaRuntime, SymbolicDimsRunWithoutRecompiling) {
+  LUMINAL_REQUIRE_GPU();
+  check("symbolic seq", [](luminal::Graph& cx, std::vector<GraphTensor>& in) {
+    Expression seq = Expression::var("seq");
+    auto x = cx.tensor({seq, 8});
+    auto w = cx.tensor({8, 8});
+    in = {x, w};
+    return std::vector<GraphTensor>{x.matmul(w).softmax(1), (x * 2.0).sum({0})};
+  }, {{{"seq", 5}}, {{"seq", 11}}, {{"seq", 1}}, {{"seq", 40}}}, /*specials=*/false);
+}
+
+TEST(CudaRuntime, GatherAndEmbedding) {
+  LUMINAL_REQUIRE_GPU();
+  check("embedding", [](luminal::Graph& cx, std::vector<GraphTensor>& in) {
+    auto table = cx.tensor({10, 6});
+    auto ids = cx.tensor({4}, DType::I32);
+    in = {table, ids};
+    return std::vector<GraphTensor>{table.embedding(ids + 3)};
+  }, {{}}, false);
+}
+
+TEST(CudaRuntime, GraphsReplayAcrossRunsAndDimsChanges) {
+  LUMINAL_REQUIRE_GPU();
+  luminal::Graph cx;
+  Expression seq = Expression::var("seq");
+  auto x = cx.tensor({seq, 12});
+  auto w = cx.tensor({12, 12}).persist();
+  auto y = (x.matmul(w) + 1.0).softmax(1).output();
+  cx.set_dim("seq", 3);
+  auto gpu = cx.compile(cuda::CudaRuntime{}, CompileOptions().search_graph_limit(4).trials(1));
+  auto ref = cx.compile(ReferenceRuntime{}, CompileOptions().search_graph_limit(1));
+  HostTensor wv = varied(DType::F32, 144, 9, false);
+  gpu.set_data(w, wv);
+  ref.set_data(w, wv);
+  const int captured0 = gpu.graphs_captured();
+  uint32_t seed = 20;
+  // The largest dims first: buffers and the arena get their size once, so later dims keep
+  // every pointer and only their own graph is captured.
+  for (int64_t s : {7, 7, 7, 3, 3, 7, 1, 3}) {
+    HostTensor xv = varied(DType::F32, static_cast<size_t>(s) * 12, seed++, false);
+    gpu.set_data(x, xv);
+    ref.set_data(x, xv);
+    gpu.execute({{"seq", s}});
+    ref.execute({{"seq", s}});
+    expect_outputs_match(gpu, ref, {y}, "seq " + std::to_string(s), 1e-5);
+  }
+  // A resolution is captured on its second run and replayed after: seq 7 and 3 are
+  // captured once each (buffers are reused, so pointers hold); seq 1, run once, never is.
+  EXPECT_EQ(gpu.graphs_captured() - captured0, 2);
+  EXPECT_GE(gpu.graph_replays(), 3);
+  // Without graphs: the same values.
+  gpu.set_graphs_enabled(false);
+  HostTensor xv = varied(DType::F32, 7 * 12, 99, false);
+  gpu.set_data(x, xv);
+  ref.set_data(x, xv);
+  gpu.execute({{"seq", 7}});
+  ref.execute({{"seq", 7}});
+  expect_outputs_match(gpu, ref, {y}, "no graphs", 1e-5);
+}
+
+TEST(CudaRuntime, StateUpdatesStayOnTheDevice) {
+  LUMINAL_REQUIRE_GPU();
+  // A cache that accumulates: cache' = cache * 0.5 + x; out = sum(cache').
+  luminal::Graph cx;
+  auto cache = cx.named_tensor("cache", {5, 7}).persist();
+  auto x = cx.tensor({5, 7});
+  auto next = cache * 0.5 + x;
+  cx.update(cache, next);
+  auto out = next.sum({1}).output();
+  auto gpu = cx.compile(cuda::CudaRuntime{}, CompileOptions().search_graph_limit(4).trials(1));
+  auto ref = cx.compile(ReferenceRuntime{}, CompileOptions().search_graph_limit(1));
+  HostTensor c0 = varied(DType::F32, 35, 1, false);
+  gpu.set_data(cache, c0);
+  ref.set_data(cache, c0);
+  for (uint32_t step = 0; step < 4; ++step) {
+    HostTensor xv = varied(DType::F32, 35, 10 + step, false);
+    gpu.set_data(x, xv);
+    ref.set_data(x, xv);
+    gpu.execute(cx.dim_map());
+    ref.execute(cx.dim_map());
+    expect_outputs_match(gpu, ref, {out}, "step " + std::to_string(step), 1e-5);
+    auto got = gpu.get(cache).to_f64(), want = ref.get(cache).to_f64();
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t k = 0; k < got.size(); ++k) ASSERT_NEAR(got[k], want[k], 1e-5 * (1 + std::abs(want[k]))) << k;
+  }
+}
+
+TEST(CudaRuntime, ModelBlocksWithSearchMatchTheReference) {
+  LUMINAL_REQUIRE_GPU();
+  for (int which = 0; which < 3; ++which) {
+    luminal::testing::TestModel m;
+    if (which == 0) luminal::testing::build_mlp(m);
+    if (which == 1) luminal::testing::build_attention(m);
+    if (which == 2) luminal::testing::build_transformer_block(m);
+    auto gpu = m.cx.compile(cuda::CudaRuntime{}, CompileOptions().search_graph_limit(30).trials(2));
+    ReferenceRuntime ref;
+    std::vector<NodeId> ids(m.cx.size());
+    for (NodeId i = 0; i < ids.size(); ++i) ids[i] = i;
+    ref.load(m.cx, ids);
+    luminal::testing::fill_random(gpu, m);
+    luminal::testing::fill_random(ref, m);
+    for (int run = 0; run < 3; ++run) {  // replays of the captured graph
+      luminal::testing::fill_random(gpu, m, 7 + run);
+      luminal::testing::fill_random(ref, m, 7 + run);
+      gpu.execute(m.cx.dim_map());
+      ref.execute(m.cx.dim_map());
+      expect_outputs_match(gpu, ref, m.outputs, "block " + std::to_string(which) + " run " + std::to_string(run), 1e-4);
+    }
+  }
+}
+
+namespace {
+struct Square : CustomOp {
+  std::string name() const override { return "square"; }
+  HostTensor execute_reference(std::span<const HostTensor> in, const std::vector<int64_t>&, DType dt) const override {
+    HostTensor out = HostTensor::zeros(dt, in[0].numel());
+    for (size_t k = 0; k < in[0].numel(); ++k) out.set_f64(k, in[0].get_f64(k) * in[0].get_f64(k));
+    return out;
+  }
+};
+}  // namespace
+
+TEST(CudaRuntime, CustomOpsRunThroughTheirHostReference) {
+  LUMINAL_REQUIRE_GPU();
+  luminal::Graph cx;
+  auto x = cx.tensor({3, 5});
+  auto y = (cx.custom_op(std::make_shared<Square>(), {x.t()}, {5, 3}, DType::F32) + 1.0).output();
+  auto rt = cx.compile(cuda::CudaRuntime{}, CompileOptions().search_graph_limit(2).trials(1));
+  std::vector<float> v = {-2, 1.5f, 0, 3, -1, 4, 2, -0.5f, 7, 1, -3, 2.5f, 6, -4, 0.25f};
+  rt.set_data(x, v);
+  rt.execute(cx.dim_map());
+  auto got = rt.get_f32(y);
+  for (int i = 0; i < 5; ++i)
+    for (int j = 0; j < 3; ++j) EXPECT_FLOAT_EQ(got[i * 3 + j], v[j * 5 + i] * v[j * 5 + i] + 1) << i << "," << j;
+}
+
+TEST(CudaRuntime, ExternalDevicePointersAreReadAndWrittenInPlace) {
+  LUMINAL_REQUIRE_GPU();
+  luminal::Graph cx;
+  auto x = cx.tensor({4, 6});
+  auto y = (x * 3.0 - 1.0).output();
+  auto rt = cx.compile(cuda::CudaRuntime{}, CompileOptions().search_graph_limit(2).trials(1));
+  cuda::DeviceBuffer in(24 * sizeof(float)), out(24 * sizeof(float));
+  std::vector<float> v(24);
+  for (int i = 0; i < 24; ++i) v[i] = static_cast<float>(i % 7) - 2.5f;
+  cuda::Stream stream;
+  in.upload(v, stream.get());
+  rt.bind_device_pointer(x.id(), in.ptr(), in.bytes());
+  rt.bind_device_pointer(y.id(), out.ptr(), out.bytes());
+  rt.execute(cx.dim_map());
+  auto got = out.download<float>(stream.get());
+  for (int i = 0; i < 24; ++i) EXPECT_FLOAT_EQ(got[i], v[i] * 3 - 1) << i;
+  EXPECT_EQ(rt.device_pointer(y.id()), out.ptr());
+}
+
+TEST(CudaRuntime, KernelErrorsAreReported) {
+  LUMINAL_REQUIRE_GPU();
+  luminal::Graph cx;
+  auto table = cx.tensor({10, 6});
+  auto ids = cx.tensor({4}, DType::I32);
+  table.embedding(ids).output();
+  auto rt = cx.compile(cuda::CudaRuntime{}, CompileOptions().search_graph_limit(2).trials(1));
+  rt.set_data(table, std::vector<float>(60, 1.5f));
+  rt.set_data(ids, std::vector<int32_t>{1, 2, 30, 0});
+  try {
+    rt.execute(cx.dim_map());
+    FAIL() << "an out-of-range gather index did not throw";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("out of range"), std::string::npos) << e.what();
+  }
+}

@@ -1,0 +1,45 @@
+// What every backend that runs programs through the kernel IR needs to know about a
+// program node, shared by the CPU and CUDA runtimes: the region a node computes as a
+// kernel, the copy kernel that materialises a view, and the layout of a matmul-shaped
+// Mul's operands (how a GEMM library reads them without copies).
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "luminal/graph.hpp"
+
+namespace luminal::kernel {
+
+// The region a program node computes, as text: a Fused op carries one; any other op that
+// runs as a kernel is a region of that op alone (an Output is a copy through its view).
+// nullopt for Input, CustomOp and other backend ops. `backend` names the caller in errors.
+std::optional<std::string> node_region_text(const Graph& g, const Node& n, std::string_view backend);
+
+// The region copying an operand (of `dtype`, buffer shape `shape`) through `view` into a
+// contiguous buffer.
+std::string copy_region_text(DType dtype, const Shape& shape, const ShapeTracker& view, std::string_view backend);
+
+// One matmul operand, read through its view at the Mul's shape [batch?, m, n, k]: either
+// directly (every axis a linear stride) or, when the view is not linear (a reshape of
+// merged dims), after a copy kernel writes it contiguously.
+struct GemmOperand {
+  bool copy = false;
+  Expression offset = 0, row = 0, col = 0, batch = 0;  // element strides (row: m or k, col: k or n)
+  // The view without the Mul's broadcast axis: a copy through it is the operand packed
+  // ([batch?, m, k] for A, [batch?, n, k] for B). Filled for every operand, so a backend
+  // may also copy a linear operand whose strides its library cannot take.
+  ShapeTracker copy_view;
+};
+struct GemmLayout {
+  int rank = 0;
+  Expression batch = 1, m, n, k;
+  GemmOperand a, b;  // a: rows m, cols k; b: rows k, cols n
+};
+
+// The layout of SumReduce(k) of Mul(a through va, b through vb) in [batch?, m, n, k]
+// space (rank 3 or 4, A broadcast along n, B along m); nullopt when it is not one.
+std::optional<GemmLayout> gemm_layout(const ShapeTracker& va, const ShapeTracker& vb);
+
+}  // namespace luminal::kernel

@@ -1,0 +1,105 @@
+#include "luminal/kernel/program_kernels.hpp"
+
+#include <vector>
+
+#include "luminal/error.hpp"
+#include "luminal/kernel/kernel.hpp"
+#include "luminal/search/hlir_egraph.hpp"
+
+namespace luminal::kernel {
+
+std::optional<std::string> node_region_text(const Graph& g, const Node& n, std::string_view backend) {
+  if (n.op == OpKind::BackendOp) {
+    if (n.backend->name == "Fused") return n.backend->str(0);
+    return std::nullopt;
+  }
+  if (n.op == OpKind::Input || n.op == OpKind::CustomOp) return std::nullopt;
+  Node proto = n;
+  proto.inputs.clear();
+  if (n.op == OpKind::Output) {  // a copy that materialises the view
+    proto.op = OpKind::Cast;
+    proto.updates = kNoNode;
+    proto.label.clear();
+  }
+  std::vector<FuseOperand> operands;
+  for (const auto& in : n.inputs) {
+    const Node& src = g.node(in.node);
+    operands.push_back({nullptr, src.dtype, src.shape, in.view});
+  }
+  auto region = singleton(proto, operands);
+  LUMINAL_CHECK(region.has_value(), backend, ": ", op_name(n.op), " node cannot be lowered to a kernel");
+  return serialize(*region);
+}
+
+std::string copy_region_text(DType dtype, const Shape& shape, const ShapeTracker& view, std::string_view backend) {
+  Node proto;
+  proto.op = OpKind::Cast;
+  proto.dtype = dtype;
+  proto.shape = view.shape();
+  FuseOperand in{nullptr, dtype, shape, view};
+  auto region = singleton(proto, std::span<const FuseOperand>(&in, 1));
+  LUMINAL_CHECK(region.has_value(), backend, ": a copy of a ", dtype_name(dtype), " operand cannot be lowered");
+  return serialize(*region);
+}
+
+namespace {
+
+// `skip` is the operand's broadcast axis; `row_axis`/`col_axis` index its matrix dims.
+std::optional<GemmOperand> gemm_operand(const ShapeTracker& v, int skip, int row_axis, int col_axis) {
+  const int r = static_cast<int>(v.rank());
+  const ViewDim& bc = v.dims()[skip];
+  if (bc.offset.depends_on(Expression::kIndexName) || !(bc.valid == Expression(1))) return std::nullopt;
+  GemmOperand o;
+  std::vector<ViewDim> dims;
+  for (int d = 0; d < r; ++d)
+    if (d != skip) dims.push_back(v.dims()[d]);
+  o.copy_view = ShapeTracker::from_parts(std::move(dims), v.base_offset(), v.base_valid());
+  std::vector<Expression> strides;
+  bool linear = v.base_valid() == Expression(1);
+  for (int d = 0; d < r && linear; ++d) {
+    auto st = search::view_axis_stride(v.dims()[d]);
+    if (!st) linear = false;
+    else strides.push_back(*st);
+  }
+  if (linear) {
+    o.offset = v.base_offset();
+    for (int d = 0; d < r; ++d) o.offset = o.offset + v.dims()[d].offset.substitute(Expression::kIndexName, 0);
+    o.row = strides[row_axis];
+    o.col = strides[col_axis];
+    if (r == 4) o.batch = strides[0];
+    return o;
+  }
+  o.copy = true;  // not linear: copied (without its broadcast axis) into a contiguous buffer
+  return o;
+}
+
+}  // namespace
+
+std::optional<GemmLayout> gemm_layout(const ShapeTracker& va, const ShapeTracker& vb) {
+  int r = static_cast<int>(va.rank());
+  if ((r != 3 && r != 4) || vb.rank() != va.rank()) return std::nullopt;
+  GemmLayout g;
+  g.rank = r;
+  g.m = va.dims()[r - 3].size;
+  g.n = va.dims()[r - 2].size;
+  g.k = va.dims()[r - 1].size;
+  if (r == 4) g.batch = va.dims()[0].size;
+  auto a = gemm_operand(va, r - 2, r - 3, r - 1);  // A is broadcast along n
+  auto b = gemm_operand(vb, r - 3, r - 1, r - 2);  // B along m
+  if (!a || !b) return std::nullopt;
+  if (a->copy) {  // the copy is [batch?, m, k] row-major
+    a->row = g.k;
+    a->col = 1;
+    a->batch = g.m * g.k;
+  }
+  if (b->copy) {  // the copy is [batch?, n, k] row-major: k has stride 1, n stride k
+    b->row = 1;
+    b->col = g.k;
+    b->batch = g.n * g.k;
+  }
+  g.a = std::move(*a);
+  g.b = std::move(*b);
+  return g;
+}
+
+}  // namespace luminal::kernel
