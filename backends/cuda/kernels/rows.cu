@@ -158,6 +158,8 @@ __device__ __forceinline__ void softmax_row_cached(const T* __restrict__ x, T* _
   const int vectors = cols / V;
   float f[VPT][V];
   load_row<T, VPT>(x, vectors, f);
+  // exp is taken once per element, against this thread's max; the block's max then
+  // rescales each thread's values by one more exp (per thread, not per element).
   float m = LK_NEG_INF;
 #pragma unroll
   for (int i = 0; i < VPT; ++i)
@@ -165,21 +167,23 @@ __device__ __forceinline__ void softmax_row_cached(const T* __restrict__ x, T* _
 #pragma unroll
       for (int j = 0; j < V; ++j) m = fmaxf(m, f[i][j]);
   float s = 0.0f;
-  if (m != LK_NEG_INF) {
 #pragma unroll
-    for (int i = 0; i < VPT; ++i)
-      if (threadIdx.x + i * blockDim.x < vectors)
+  for (int i = 0; i < VPT; ++i)
 #pragma unroll
-        for (int j = 0; j < V; ++j) s += expf(f[i][j] - m);
-  }
+    for (int j = 0; j < V; ++j) {
+      // Slots past the row, and a thread whose values are all -inf, contribute 0.
+      f[i][j] = (m == LK_NEG_INF || threadIdx.x + i * blockDim.x >= vectors) ? 0.0f : expf(f[i][j] - m);
+      s += f[i][j];
+    }
   const MaxSum stats = block_merge(MaxSum{m, s}, scratch);
-  const float inv = 1.0f / stats.sum;  // an all -inf row gives NaN, as PyTorch does
+  // An all -inf row: stats.sum is 0 and the max -inf, so the scale is NaN, as in PyTorch.
+  const float scale = (m == LK_NEG_INF && stats.max != LK_NEG_INF ? 0.0f : expf(m - stats.max)) / stats.sum;
 #pragma unroll
   for (int i = 0; i < VPT; ++i) {
     const int v = threadIdx.x + i * blockDim.x;
     if (v >= vectors) continue;
 #pragma unroll
-    for (int j = 0; j < V; ++j) f[i][j] = expf(f[i][j] - stats.max) * inv;
+    for (int j = 0; j < V; ++j) f[i][j] *= scale;
     store_vector(y + (long long)v * V, f[i]);
   }
 }

@@ -271,8 +271,21 @@ struct DeviceTensor {
 // One operation of a resolved run: enqueued on the stream, or (a custom op's host
 // fallback) run on the host after the stream drains.
 struct Op {
+  Op(std::function<void(StreamHandle)> e, bool h) : enqueue(std::move(e)), host(h) {}
   std::function<void(StreamHandle)> enqueue;
   bool host = false;
+  std::string label;  // what it runs (LUMINAL_CUDA_PROFILE)
+};
+
+// LUMINAL_CUDA_PROFILE=1: runs go eagerly (no graphs), each op timed with events; the
+// totals by label print on stderr when the runtime goes away, longest first.
+bool profile_from_env() {
+  const char* v = std::getenv("LUMINAL_CUDA_PROFILE");
+  return v && *v && std::string_view(v) != "0";
+}
+struct OpProfile {
+  double ms = 0;
+  int64_t calls = 0;
 };
 
 // A program resolved for one dims assignment and one set of pointers: every launch with
@@ -358,12 +371,30 @@ struct CudaRuntime::State {
   DeviceBuffer arena;
   uint64_t arena_version = 0;
   int64_t last_arena = 0;
-  bool graphs = graphs_from_env();
+  bool profiling = profile_from_env();
+  bool graphs = graphs_from_env() && !profiling;
   int captured = 0, replays = 0;
+  std::map<std::string, OpProfile> op_profile;
+  int64_t profiled_runs = 0;
 
   ~State() {
     // Buffers are freed below; nothing may still be running on them.
     if (shared && shared->stream) api::driver_table().cuStreamSynchronize(shared->stream->get());
+    if (profiling && !op_profile.empty()) print_profile();
+  }
+
+  void print_profile() const {
+    std::vector<std::pair<std::string, OpProfile>> rows(op_profile.begin(), op_profile.end());
+    std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.second.ms > b.second.ms; });
+    double total = 0;
+    for (const auto& r : rows) total += r.second.ms;
+    std::fprintf(stderr, "cuda profile: %lld runs, %.3f ms of ops per run\n", static_cast<long long>(profiled_runs),
+                 total / std::max<int64_t>(1, profiled_runs));
+    std::fprintf(stderr, "%10s %7s %8s  %s\n", "ms/run", "share", "calls", "op");
+    for (size_t k = 0; k < rows.size() && k < 40; ++k)
+      std::fprintf(stderr, "%10.4f %6.1f%% %8lld  %s\n", rows[k].second.ms / std::max<int64_t>(1, profiled_runs),
+                   100.0 * rows[k].second.ms / std::max(total, 1e-12), static_cast<long long>(rows[k].second.calls),
+                   rows[k].first.c_str());
   }
 
   const Node* find_io(NodeId ext) const {
@@ -680,6 +711,7 @@ void CudaRuntime::run(size_t slot, const DimMap& dims) {
       const Step& step = p.steps[si];
       const Node& n = g.node(step.node);
       const std::string what = n.op == OpKind::BackendOp ? n.backend->name : std::string(op_name(n.op));
+      const size_t first_op = r.ops.size();
       std::vector<DevicePtr> ins;
       for (const auto& in : n.inputs) ins.push_back(ptr[in.node]);
       switch (step.kind) {
@@ -855,6 +887,27 @@ void CudaRuntime::run(size_t slot, const DimMap& dims) {
           break;
         }
       }
+      if (s.profiling) {
+        std::string label = what;
+        if (step.kind == StepKind::Kernel && n.op == OpKind::BackendOp) {
+          // A fused region: name its ops, so the table tells a softmax from a norm.
+          std::string ops;
+          const kernel::Region region = kernel::parse_region(n.backend->str(0));
+          for (const Node& rn : region.graph.nodes())
+            if (rn.op != OpKind::Input && rn.op != OpKind::Output) {
+              if (!ops.empty()) ops += ',';
+              ops += op_name(rn.op);
+            }
+          label += "[" + ops + "]";
+        }
+        label += " [";
+        for (size_t d = 0; d < n.shape.size(); ++d) {
+          if (d) label += 'x';
+          label += std::to_string(rs.eval(n.shape[d]));
+        }
+        label += "]";
+        for (size_t k = first_op; k < r.ops.size(); ++k) r.ops[k].label = label;
+      }
     }
     // State updates (KV caches, ...): the output's bytes land in the persisted input.
     for (auto& [i, t] : outputs) {
@@ -891,6 +944,23 @@ void CudaRuntime::run(size_t slot, const DimMap& dims) {
     }
     ++r.runs;
     r.graph->launch(stream);
+  } else if (s.profiling) {
+    ++r.runs;
+    ++s.profiled_runs;
+    std::vector<std::unique_ptr<Event>> marks;
+    marks.push_back(std::make_unique<Event>());
+    marks.back()->record(stream);
+    for (auto& op : r.ops) {
+      op.enqueue(stream);
+      marks.push_back(std::make_unique<Event>());
+      marks.back()->record(stream);
+    }
+    marks.back()->synchronize();
+    for (size_t k = 0; k < r.ops.size(); ++k) {
+      OpProfile& prof = s.op_profile[r.ops[k].label.empty() ? "(runtime)" : r.ops[k].label];
+      prof.ms += Event::elapsed_ms(*marks[k], *marks[k + 1]);
+      prof.calls++;
+    }
   } else {
     ++r.runs;
     for (auto& op : r.ops) {
