@@ -58,9 +58,11 @@ std::shared_ptr<const Region> region_of(const Value& v) {
   return by_id[id];
 }
 
-// Is the region's result a product whose two operands are each broadcast along an axis
-// the other is not (the [.., m, n, k] Mul a matmul reduces)?
-bool is_matmul_product(const Graph& g) {
+// Is the region's result a product a SumReduce over `axis` turns into a matmul: its two
+// operands each broadcast along an axis the other is not (the [.., m, n, k] Mul), or a
+// matrix-vector product (m = 1, as in decode): one operand reused along a kept axis while
+// both vary along the reduced one (a scalar factor, broadcast everywhere, is not one).
+bool is_matmul_product(const Graph& g, int axis) {
   const Node* root = nullptr;
   for (const Node& n : g.nodes())
     if (n.op == OpKind::Output) root = &g.node(n.inputs[0].node);
@@ -74,10 +76,13 @@ bool is_matmul_product(const Graph& g) {
     return axes;
   };
   auto a = broadcast_axes(root->inputs[0].view), b = broadcast_axes(root->inputs[1].view);
+  auto has = [](const std::vector<size_t>& v, size_t x) { return std::find(v.begin(), v.end(), x) != v.end(); };
   bool a_only = false, b_only = false;
-  for (size_t x : a) a_only = a_only || std::find(b.begin(), b.end(), x) == b.end();
-  for (size_t x : b) b_only = b_only || std::find(a.begin(), a.end(), x) == a.end();
-  return a_only && b_only;
+  for (size_t x : a) a_only = a_only || !has(b, x);
+  for (size_t x : b) b_only = b_only || !has(a, x);
+  if (a_only && b_only) return true;
+  const size_t k = static_cast<size_t>(axis);
+  return root->shape.size() >= 3 && !has(a, k) && !has(b, k) && (a_only || b_only);
 }
 
 OpKind op_by_name(std::string_view name) {
@@ -182,7 +187,7 @@ void register_fusion_primitives(egraph::EGraph& eg) {
     // axes) is left to the backends' matmul ops: a fused loop nest would recompute its
     // operands' producers once per output column, and the GEMM rules need the pair whole.
     if (proto.op == OpKind::SumReduce && operands.size() == 1 && operands[0].region &&
-        is_matmul_product(operands[0].region->graph))
+        is_matmul_product(operands[0].region->graph, proto.axis))
       return std::nullopt;
     std::optional<Region> r = fuse(proto, operands);
     if (!r) return std::nullopt;
