@@ -104,8 +104,9 @@ class CausalLM {
   int64_t max_seq_len() const { return max_seq_; }
   bool all_logits() const { return all_logits_; }
 
-  // (s) I32. The graph's dim map holds s = 1, p = 0 as representative values for the
-  // compiler's search, so feed ids with Runtime::set_tensor (Generator::forward does).
+  // (s) I32. The graph's dim map holds s = 1, p = min(max_seq / 2, 256) as representative
+  // values for the compiler's search, so feed ids with Runtime::set_tensor (Generator::forward
+  // does).
   GraphTensor input_ids() const { return input_ids_; }
   GraphTensor logits() const { return logits_; }        // (s, vocab) or (1, vocab), F32
   const std::vector<nn::KVCache>& caches() const { return caches_; }
