@@ -6,7 +6,8 @@
 // ONNX Runtime, Hugging Face transformers) and prints the suite's JSON lines.
 //
 //   suite_cpu --case NAME [--reps N] [--inputs F.safetensors] [--dump OUT.f32]
-//             [--model DIR --context T --steps S] [--search N] [--search-time S]
+//             [--model DIR --context T --steps S --weights checkpoint|f32] [--search N] [--search-time S]
+//             [--verify auto|never]
 // Cases: mlp, llama_block, softmax, layer_norm, gelu, sgemm, decode. Prints one JSON
 // object (luminal's numbers only). Without --case it prints nothing: scripts/bench runs
 // every suite_cpu* executable before bench/suite_cpu.py.
@@ -63,6 +64,11 @@ struct Args {
   std::string case_name, inputs, dump, model;
   int reps = 20, context = 256, steps = 16, search = 30;
   bool verbose = false;  // the warm compile's report on stderr
+  bool f32_weights = false;
+  // --verify never: keep the searched program even where it disagrees with the
+  // unrewritten one by more than the verifier's tolerance (F32 GEMM sums over long k on
+  // the verifier's large inputs; docs/CPU_BACKEND.md).
+  VerifyMode verify = VerifyMode::Auto;  // decode: --weights f32 converts the checkpoint's matrices at load
   double search_time = 30, profile_timeout = 1;
 };
 
@@ -71,6 +77,7 @@ CompileOptions compile_options(const Args& a) {
       .search_graph_limit(a.search)
       .search_time_limit(std::chrono::duration<double>(a.search_time))
       .profile_timeout(std::chrono::duration<double>(a.profile_timeout))
+      .verify(a.verify)
       .verbose(a.verbose);
 }
 
@@ -224,8 +231,8 @@ int run_graph_case(const Args& a) {
   return 0;
 }
 
-// Decode of a Hugging Face Llama directory (weights loaded as F32: the model library's
-// loader converts BF16 checkpoints). TPOT: the median decode step (s = 1) with `context`
+// Decode of a Hugging Face Llama directory (weight matrices kept in the checkpoint's BF16,
+// converted inside the GEMMs; --weights f32 converts them at load instead). TPOT: the median decode step (s = 1) with `context`
 // tokens already in the KV cache. The cache rows are filled with random values instead
 // of a prefill: a step's time does not depend on them, and the decode-shaped plan runs a
 // 256-token prefill slowly (see docs/CPU_BACKEND.md, Benchmarks).
@@ -233,6 +240,7 @@ int run_decode(const Args& a) {
   LUMINAL_CHECK(!a.model.empty(), "--case decode needs --model DIR");
   models::ModelOptions mo;
   mo.max_seq_len = a.context + a.steps + 8;
+  mo.keep_weight_dtype = !a.f32_weights;
   auto compile = [&](CompileReport* report) {
     models::CausalLM m = models::CausalLM::from_pretrained(a.model, mo);
     m.graph().set_dim("p", a.context);  // search at the decode shape that is timed
@@ -275,7 +283,8 @@ int run_decode(const Args& a) {
   }
   std::sort(steps.begin(), steps.end());
   print_common(a, steps[steps.size() / 2], cold, warm, report, cold_kernels);
-  std::printf(",\"load_s\":%.4g,\"weights_dtype\":\"F32\"}\n", load_s);
+  std::printf(",\"load_s\":%.4g,\"weights_dtype\":\"%s\"}\n", load_s,
+              std::string(dtype_name(model.config().weight_dtype)).c_str());
   return 0;
 }
 
@@ -296,6 +305,16 @@ int main(int argc, char** argv) {
     if (kv.count("--steps")) a.steps = std::stoi(kv["--steps"]);
     if (kv.count("--search")) a.search = std::stoi(kv["--search"]);
     a.verbose = kv.count("--verbose") && kv["--verbose"] == "1";
+    if (kv.count("--verify")) {
+      LUMINAL_CHECK(kv["--verify"] == "auto" || kv["--verify"] == "never", "--verify: auto or never, not '",
+                    kv["--verify"], "'");
+      a.verify = kv["--verify"] == "never" ? VerifyMode::Never : VerifyMode::Auto;
+    }
+    if (kv.count("--weights")) {
+      LUMINAL_CHECK(kv["--weights"] == "f32" || kv["--weights"] == "checkpoint", "--weights: f32 or checkpoint, not '",
+                    kv["--weights"], "'");
+      a.f32_weights = kv["--weights"] == "f32";
+    }
     if (kv.count("--profile-timeout")) a.profile_timeout = std::stod(kv["--profile-timeout"]);
     if (kv.count("--search-time")) a.search_time = std::stod(kv["--search-time"]);
     return a.case_name == "decode" ? run_decode(a) : run_graph_case(a);

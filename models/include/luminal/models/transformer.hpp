@@ -58,6 +58,9 @@ struct TransformerConfig {
   // "<weight_prefix>norm.weight" and lm_head_name (when not tied).
   std::string weight_prefix = "model.";
   std::string lm_head_name = "lm_head.weight";
+  // The dtype the weight matrices (linear layers, embeddings) are held in: F32, or the
+  // checkpoint's F16/BF16 (converted where they are read; norms and biases stay F32).
+  DType weight_dtype = DType::F32;
   std::optional<int32_t> bos_token_id;
   std::vector<int32_t> eos_token_ids;   // config.json and generation_config.json, merged
 };
@@ -87,6 +90,10 @@ struct ModelOptions {
   int64_t max_seq_len = 0;
   // Logits for every new position (seq, vocab) instead of only the last (1, vocab).
   bool all_logits = false;
+  // from_pretrained: when every weight matrix of the checkpoint is F16 (or every one is
+  // BF16), keep them so (half the memory and bandwidth of F32; the values computed are
+  // the same, since conversion to F32 is exact); otherwise, or when false, F32.
+  bool keep_weight_dtype = true;
 };
 
 // A causal LM graph: token ids in, logits out, one KV cache per layer.
