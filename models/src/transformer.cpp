@@ -413,6 +413,15 @@ void CausalLM::load_weights(Runtime& rt) const {
   clear_caches(rt);
 }
 
+CompileOptions CausalLM::with_prefill_plan(CompileOptions options) const {
+  if (options.dim_buckets_.count("s") || max_seq_ < 2) return options;
+  // The prefill plan is profiled at 64 new tokens after the graph's representative past
+  // (within the cache).
+  const int64_t past = graph_->dim_map().count("p") ? graph_->dim_map().at("p") : 0;
+  const int64_t prompt = std::clamp<int64_t>(max_seq_ - past, 2, 64);
+  return options.dim_buckets("s", {DimBucket(1, 1), DimBucket(2, max_seq_).representative(prompt)});
+}
+
 void CausalLM::clear_caches(Runtime& rt) const {
   for (const auto& kv : caches_) {
     const auto n = static_cast<size_t>(kv.max_seq * kv.kv_heads * kv.head_dim);

@@ -21,6 +21,7 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "luminal/compile.hpp"
 #include "luminal/graph.hpp"
 #include "luminal/models/nn.hpp"
 #include "luminal/runtime.hpp"
@@ -126,6 +127,11 @@ class CausalLM {
   void load_weights(Runtime& rt) const;
   // Zero the KV caches (not needed between prompts: positions >= p are never read).
   void clear_caches(Runtime& rt) const;
+
+  // `options` with one plan for decode steps (s = 1) and one for prefills (s >= 2), each
+  // searched at its own size: a program chosen for s = 1 may fuse work that a long
+  // prompt repeats per token. Unchanged when `options` already has buckets for "s".
+  CompileOptions with_prefill_plan(CompileOptions options) const;
 
  private:
   CausalLM() = default;
