@@ -6,7 +6,8 @@
 // ONNX Runtime, Hugging Face transformers) and prints the suite's JSON lines.
 //
 //   suite_cpu --case NAME [--reps N] [--inputs F.safetensors] [--dump OUT.f32]
-//             [--model DIR --context T --steps S] [--search N] [--search-time S]
+//             [--model DIR --context T --steps S --weights checkpoint|f32] [--search N] [--search-time S]
+//             [--verify auto|never] [--prefill 1]
 // Cases: mlp, llama_block, softmax, layer_norm, gelu, sgemm, decode. Prints one JSON
 // object (luminal's numbers only). Without --case it prints nothing: scripts/bench runs
 // every suite_cpu* executable before bench/suite_cpu.py.
@@ -63,6 +64,12 @@ struct Args {
   std::string case_name, inputs, dump, model;
   int reps = 20, context = 256, steps = 16, search = 30;
   bool verbose = false;  // the warm compile's report on stderr
+  bool f32_weights = false;
+  bool prefill = false;  // decode: --prefill 1 fills the cache by a prefill of the context (timed)
+  // --verify never: keep the searched program even where it disagrees with the
+  // unrewritten one by more than the verifier's tolerance (F32 GEMM sums over long k on
+  // the verifier's large inputs; docs/CPU_BACKEND.md).
+  VerifyMode verify = VerifyMode::Auto;  // decode: --weights f32 converts the checkpoint's matrices at load
   double search_time = 30, profile_timeout = 1;
 };
 
@@ -71,6 +78,7 @@ CompileOptions compile_options(const Args& a) {
       .search_graph_limit(a.search)
       .search_time_limit(std::chrono::duration<double>(a.search_time))
       .profile_timeout(std::chrono::duration<double>(a.profile_timeout))
+      .verify(a.verify)
       .verbose(a.verbose);
 }
 
@@ -224,8 +232,8 @@ int run_graph_case(const Args& a) {
   return 0;
 }
 
-// Decode of a Hugging Face Llama directory (weights loaded as F32: the model library's
-// loader converts BF16 checkpoints). TPOT: the median decode step (s = 1) with `context`
+// Decode of a Hugging Face Llama directory (weight matrices kept in the checkpoint's BF16,
+// converted inside the GEMMs; --weights f32 converts them at load instead). TPOT: the median decode step (s = 1) with `context`
 // tokens already in the KV cache. The cache rows are filled with random values instead
 // of a prefill: a step's time does not depend on them, and the decode-shaped plan runs a
 // 256-token prefill slowly (see docs/CPU_BACKEND.md, Benchmarks).
@@ -233,10 +241,11 @@ int run_decode(const Args& a) {
   LUMINAL_CHECK(!a.model.empty(), "--case decode needs --model DIR");
   models::ModelOptions mo;
   mo.max_seq_len = a.context + a.steps + 8;
+  mo.keep_weight_dtype = !a.f32_weights;
   auto compile = [&](CompileReport* report) {
     models::CausalLM m = models::CausalLM::from_pretrained(a.model, mo);
     m.graph().set_dim("p", a.context);  // search at the decode shape that is timed
-    CompileOptions o = compile_options(a);
+    CompileOptions o = m.with_prefill_plan(compile_options(a));
     if (report) o.report(report);
     auto t = clock_type::now();
     cpu::CpuRuntime rt = m.graph().compile(cpu::CpuRuntime{}, o);
@@ -255,14 +264,25 @@ int run_decode(const Args& a) {
   model.load_weights(rt);
   const double load_s = seconds_since(t);
   std::mt19937 rng(3);
-  std::normal_distribution<float> dist(0.f, 1.f);
-  for (const auto& kv : model.caches()) {
-    std::vector<float> rows(static_cast<size_t>(kv.max_seq * kv.kv_heads * kv.head_dim));
-    for (auto& e : rows) e = dist(rng);
-    rt.set_data(kv.k, rows);
-    rt.set_data(kv.v, rows);
-  }
   const int64_t vocab = model.config().vocab_size;
+  double prefill_ms = -1;
+  if (a.prefill) {
+    // The context as one prefill (p = 0, s = context) on the same compiled plan.
+    std::vector<int32_t> prompt(static_cast<size_t>(a.context));
+    for (auto& id : prompt) id = static_cast<int32_t>(rng() % static_cast<uint32_t>(vocab));
+    t = clock_type::now();
+    rt.set_tensor(model.input_ids().id(), HostTensor::from<int32_t>(prompt, DType::I32, {a.context}));
+    rt.execute({{"p", 0}, {"s", a.context}});
+    prefill_ms = 1e3 * seconds_since(t);
+  } else {
+    std::normal_distribution<float> dist(0.f, 1.f);
+    for (const auto& kv : model.caches()) {
+      std::vector<float> rows(static_cast<size_t>(kv.max_seq * kv.kv_heads * kv.head_dim));
+      for (auto& e : rows) e = dist(rng);
+      rt.set_data(kv.k, rows);
+      rt.set_data(kv.v, rows);
+    }
+  }
   int32_t next = static_cast<int32_t>(rng() % static_cast<uint32_t>(vocab));
   std::vector<double> steps;
   for (int s = 0; s < a.steps + 2; ++s) {  // the first two warm up
@@ -275,7 +295,10 @@ int run_decode(const Args& a) {
   }
   std::sort(steps.begin(), steps.end());
   print_common(a, steps[steps.size() / 2], cold, warm, report, cold_kernels);
-  std::printf(",\"load_s\":%.4g,\"weights_dtype\":\"F32\"}\n", load_s);
+  std::printf(",\"load_s\":%.4g,\"weights_dtype\":\"%s\"", load_s,
+              std::string(dtype_name(model.config().weight_dtype)).c_str());
+  if (a.prefill) std::printf(",\"prefill_ms\":%.6g", prefill_ms);
+  std::printf("}\n");
   return 0;
 }
 
@@ -296,6 +319,17 @@ int main(int argc, char** argv) {
     if (kv.count("--steps")) a.steps = std::stoi(kv["--steps"]);
     if (kv.count("--search")) a.search = std::stoi(kv["--search"]);
     a.verbose = kv.count("--verbose") && kv["--verbose"] == "1";
+    a.prefill = kv.count("--prefill") && kv["--prefill"] == "1";
+    if (kv.count("--verify")) {
+      LUMINAL_CHECK(kv["--verify"] == "auto" || kv["--verify"] == "never", "--verify: auto or never, not '",
+                    kv["--verify"], "'");
+      a.verify = kv["--verify"] == "never" ? VerifyMode::Never : VerifyMode::Auto;
+    }
+    if (kv.count("--weights")) {
+      LUMINAL_CHECK(kv["--weights"] == "f32" || kv["--weights"] == "checkpoint", "--weights: f32 or checkpoint, not '",
+                    kv["--weights"], "'");
+      a.f32_weights = kv["--weights"] == "f32";
+    }
     if (kv.count("--profile-timeout")) a.profile_timeout = std::stod(kv["--profile-timeout"]);
     if (kv.count("--search-time")) a.search_time = std::stod(kv["--search-time"]);
     return a.case_name == "decode" ? run_decode(a) : run_graph_case(a);

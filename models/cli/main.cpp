@@ -129,7 +129,10 @@ struct GenerateCliOptions {
 luminal::models::Generator compile_for(luminal::models::CausalLM model, const std::string& device,
                                        luminal::CompileOptions options) {
   using luminal::models::Generator;
-  if (device == "cpu") return Generator::compile(std::move(model), luminal::cpu::CpuRuntime{}, options);
+  if (device == "cpu") {
+    options = model.with_prefill_plan(std::move(options));
+    return Generator::compile(std::move(model), luminal::cpu::CpuRuntime{}, options);
+  }
   if (device == "reference") return Generator::compile(std::move(model), luminal::ReferenceRuntime{}, options);
 #ifdef LUMINAL_HAVE_CUDA
   // Throws "CUDA backend unavailable: ..." where no GPU can be used.

@@ -117,7 +117,8 @@ GraphTensor gemma3_block(const BlockContext& ctx, const GraphTensor& x) {
   nn::RMSNorm post_attn_norm = norm("post_attention_layernorm");
   nn::RMSNorm pre_ff_norm = norm("pre_feedforward_layernorm");
   nn::RMSNorm post_ff_norm = norm("post_feedforward_layernorm");
-  nn::GatedMLP mlp(ctx.g, ctx.prefix + ".mlp", c.hidden_size, c.intermediate_size, c.activation, c.mlp_bias);
+  nn::GatedMLP mlp(ctx.g, ctx.prefix + ".mlp", c.hidden_size, c.intermediate_size, c.activation, c.mlp_bias,
+                   c.weight_dtype);
   GraphTensor h = x + post_attn_norm(self_attention(ctx, input_norm(x)));
   return h + post_ff_norm(mlp(pre_ff_norm(h)));
 }

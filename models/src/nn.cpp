@@ -19,17 +19,22 @@ void Constants::apply(Runtime& rt) const {
   for (const auto& [t, v] : items_) rt.set_data(t, v);
 }
 
-GraphTensor parameter(Graph& g, const std::string& name, const Shape& shape) {
-  return g.named_tensor(name, shape, DType::F32).persist();
+GraphTensor parameter(Graph& g, const std::string& name, const Shape& shape, DType dtype) {
+  LUMINAL_CHECK(dtype == DType::F32 || dtype == DType::F16 || dtype == DType::BF16, "parameter '", name,
+                "': weights are F32, F16 or BF16, not ", dtype_name(dtype));
+  return g.named_tensor(name, shape, dtype).persist();
 }
 
-Linear::Linear(Graph& g, const std::string& prefix, int64_t in_features, int64_t out_features, bool with_bias)
-    : weight(parameter(g, prefix + ".weight", {out_features, in_features})) {
+GraphTensor as_f32(const GraphTensor& w) { return w.dtype() == DType::F32 ? w : w.cast(DType::F32); }
+
+Linear::Linear(Graph& g, const std::string& prefix, int64_t in_features, int64_t out_features, bool with_bias,
+               DType weight_dtype)
+    : weight(parameter(g, prefix + ".weight", {out_features, in_features}, weight_dtype)) {
   if (with_bias) bias = parameter(g, prefix + ".bias", {out_features});
 }
 
-Embedding::Embedding(Graph& g, const std::string& prefix, int64_t vocab, int64_t dim)
-    : weight(parameter(g, prefix + ".weight", {vocab, dim})) {}
+Embedding::Embedding(Graph& g, const std::string& prefix, int64_t vocab, int64_t dim, DType weight_dtype)
+    : weight(parameter(g, prefix + ".weight", {vocab, dim}, weight_dtype)) {}
 
 RMSNorm::RMSNorm(Graph& g, const std::string& prefix, int64_t dim, double eps_, bool unit_offset_)
     : weight(parameter(g, prefix + ".weight", {dim})), eps(eps_), unit_offset(unit_offset_) {}
@@ -203,15 +208,16 @@ GraphTensor activate(const GraphTensor& x, Activation act) {
 }
 
 GatedMLP::GatedMLP(Graph& g, const std::string& prefix, int64_t hidden, int64_t intermediate, Activation act_,
-                   bool with_bias)
-    : gate(g, prefix + ".gate_proj", hidden, intermediate, with_bias),
-      up(g, prefix + ".up_proj", hidden, intermediate, with_bias),
-      down(g, prefix + ".down_proj", intermediate, hidden, with_bias),
+                   bool with_bias, DType weight_dtype)
+    : gate(g, prefix + ".gate_proj", hidden, intermediate, with_bias, weight_dtype),
+      up(g, prefix + ".up_proj", hidden, intermediate, with_bias, weight_dtype),
+      down(g, prefix + ".down_proj", intermediate, hidden, with_bias, weight_dtype),
       act(act_) {}
 
 MLP::MLP(Graph& g, const std::string& fc1_prefix, const std::string& fc2_prefix, int64_t hidden,
-         int64_t intermediate, Activation act_, bool with_bias)
-    : fc1(g, fc1_prefix, hidden, intermediate, with_bias), fc2(g, fc2_prefix, intermediate, hidden, with_bias),
+         int64_t intermediate, Activation act_, bool with_bias, DType weight_dtype)
+    : fc1(g, fc1_prefix, hidden, intermediate, with_bias, weight_dtype),
+      fc2(g, fc2_prefix, intermediate, hidden, with_bias, weight_dtype),
       act(act_) {}
 
 }  // namespace luminal::models::nn

@@ -296,6 +296,20 @@ std::vector<std::string> weight_names_in(const std::string& dir) {
   }
   return names;
 }
+// F16 or BF16 when every matrix (rank >= 2) of the checkpoint has that dtype, else F32:
+// a half-precision copy of an F32 matrix would lose bits.
+DType checkpoint_matrix_dtype(const std::string& dir) {
+  std::optional<DType> found;
+  for (const auto& f : find_weight_files(dir)) {
+    const SafetensorsFile file = SafetensorsFile::open(f);
+    for (const auto& [name, entry] : file.entries()) {
+      if (entry.shape.size() < 2) continue;
+      if (found && *found != entry.dtype) return DType::F32;
+      found = entry.dtype;
+    }
+  }
+  return found && (*found == DType::F16 || *found == DType::BF16) ? *found : DType::F32;
+}
 }  // namespace
 
 CausalLM CausalLM::from_pretrained(const std::string& dir, const ModelOptions& options) {
@@ -310,6 +324,7 @@ CausalLM CausalLM::from_pretrained(const std::string& dir, const ModelOptions& o
         break;
       }
   }
+  if (options.keep_weight_dtype) config.weight_dtype = checkpoint_matrix_dtype(dir);
   CausalLM m = build(config, options);
   m.dir_ = dir;
   return m;
@@ -329,10 +344,12 @@ CausalLM CausalLM::build(const TransformerConfig& config, const ModelOptions& op
 
   const nn::SeqDims dims;
   // Representative values for the compiler's search (execute passes the real ones).
+  // A decode step with a partly filled cache: extraction costs and profiling see the
+  // attention over past tokens at a realistic size (at p = 0 its product looks free).
   g.set_dim("s", 1);
-  g.set_dim("p", 0);
+  g.set_dim("p", std::min<int64_t>(m.max_seq_ / 2, 256));
   m.input_ids_ = g.named_tensor("input_ids", {dims.seq}, DType::I32);
-  nn::Embedding embed(g, c.weight_prefix + "embed_tokens", c.vocab_size, c.hidden_size);
+  nn::Embedding embed(g, c.weight_prefix + "embed_tokens", c.vocab_size, c.hidden_size, c.weight_dtype);
   GraphTensor x = embed(m.input_ids_);
   if (c.embedding_scale != 1.0) x = x * c.embedding_scale;
 
@@ -356,8 +373,9 @@ CausalLM CausalLM::build(const TransformerConfig& config, const ModelOptions& op
   x = nn::RMSNorm(g, c.weight_prefix + "norm", c.hidden_size, c.rms_norm_eps, c.norm_unit_offset)(x);
   if (!m.all_logits_) x = x.slice(0, dims.seq - 1, dims.seq);
   GraphTensor head =
-      c.tie_word_embeddings ? embed.weight : nn::parameter(g, c.lm_head_name, {c.vocab_size, c.hidden_size});
-  GraphTensor logits = x.linear(head);
+      c.tie_word_embeddings ? embed.weight
+                            : nn::parameter(g, c.lm_head_name, {c.vocab_size, c.hidden_size}, c.weight_dtype);
+  GraphTensor logits = x.linear(nn::as_f32(head));
   if (c.final_logit_softcapping) logits = nn::softcap(logits, *c.final_logit_softcapping);
   m.logits_ = logits.output("logits");
 
@@ -393,6 +411,15 @@ void CausalLM::load_weights(Runtime& rt) const {
   }
   constants_.apply(rt);
   clear_caches(rt);
+}
+
+CompileOptions CausalLM::with_prefill_plan(CompileOptions options) const {
+  if (options.dim_buckets_.count("s") || max_seq_ < 2) return options;
+  // The prefill plan is profiled at 64 new tokens after the graph's representative past
+  // (within the cache).
+  const int64_t past = graph_->dim_map().count("p") ? graph_->dim_map().at("p") : 0;
+  const int64_t prompt = std::clamp<int64_t>(max_seq_ - past, 2, 64);
+  return options.dim_buckets("s", {DimBucket(1, 1), DimBucket(2, max_seq_).representative(prompt)});
 }
 
 void CausalLM::clear_caches(Runtime& rt) const {

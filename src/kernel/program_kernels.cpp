@@ -66,7 +66,8 @@ std::optional<GemmOperand> gemm_operand(const ShapeTracker& v, int skip, int row
     for (int d = 0; d < r; ++d) o.offset = o.offset + v.dims()[d].offset.substitute(Expression::kIndexName, 0);
     o.row = strides[row_axis];
     o.col = strides[col_axis];
-    if (r == 4) o.batch = strides[0];
+    if (r >= 4) o.batch = strides[r - 4];
+    o.outer.assign(strides.begin(), strides.begin() + std::max(0, r - 4));
     return o;
   }
   o.copy = true;  // not linear: copied (without its broadcast axis) into a contiguous buffer
@@ -77,25 +78,37 @@ std::optional<GemmOperand> gemm_operand(const ShapeTracker& v, int skip, int row
 
 std::optional<GemmLayout> gemm_layout(const ShapeTracker& va, const ShapeTracker& vb) {
   int r = static_cast<int>(va.rank());
-  if ((r != 3 && r != 4) || vb.rank() != va.rank()) return std::nullopt;
+  if (r < 3 || vb.rank() != va.rank()) return std::nullopt;
   GemmLayout g;
   g.rank = r;
   g.m = va.dims()[r - 3].size;
   g.n = va.dims()[r - 2].size;
   g.k = va.dims()[r - 1].size;
-  if (r == 4) g.batch = va.dims()[0].size;
+  if (r >= 4) g.batch = va.dims()[r - 4].size;
+  for (int d = 0; d < r - 4; ++d) g.outer.push_back(va.dims()[d].size);
   auto a = gemm_operand(va, r - 2, r - 3, r - 1);  // A is broadcast along n
   auto b = gemm_operand(vb, r - 3, r - 1, r - 2);  // B along m
   if (!a || !b) return std::nullopt;
-  if (a->copy) {  // the copy is [batch?, m, k] row-major
+  // A copy is row-major [outer..., batch?, rows, cols]: its outer strides multiply up.
+  auto copy_outer = [&](GemmOperand& o, const Expression& matrix) {
+    o.outer.assign(g.outer.size(), 0);
+    Expression stride = g.batch * matrix;
+    for (size_t d = g.outer.size(); d-- > 0;) {
+      o.outer[d] = stride;
+      stride = stride * g.outer[d];
+    }
+  };
+  if (a->copy) {  // the copy is [outer..., batch?, m, k] row-major
     a->row = g.k;
     a->col = 1;
     a->batch = g.m * g.k;
+    copy_outer(*a, g.m * g.k);
   }
-  if (b->copy) {  // the copy is [batch?, n, k] row-major: k has stride 1, n stride k
+  if (b->copy) {  // the copy is [outer..., batch?, n, k] row-major: k has stride 1, n stride k
     b->row = 1;
     b->col = g.k;
     b->batch = g.n * g.k;
+    copy_outer(*b, g.n * g.k);
   }
   g.a = std::move(*a);
   g.b = std::move(*b);

@@ -369,13 +369,18 @@ bool is_ir_op(const LoweredGraph& lowered, egraph::OpId op) {
   return sig.kind_of.count(op) || lowered.backend_ops.count(op);
 }
 
-// The number of elements of a shape with every dynamic dim at 1 (decode-sized).
-double elements_at_unit_dims(std::span<const Expression> shape) {
+// The number of elements of a shape at the graph's representative dims (set_dim); a dim
+// with no value, or 0, counts as 1 (decode-sized). A KV length of 1 would make
+// attention's [.., seq, kv_len, head_dim] product look as small as its output.
+double elements_at_representative_dims(std::span<const Expression> shape, const DimMap& dims) {
   double n = 1;
   for (const auto& d : shape) {
     Expression e = d;
-    for (const auto& v : d.variables()) e = e.substitute(v, 1);
-    n *= static_cast<double>(e.as_constant().value_or(1));
+    for (const auto& v : d.variables()) {
+      auto it = dims.find(v);
+      e = e.substitute(v, it != dims.end() && it->second > 0 ? it->second : 1);
+    }
+    n *= static_cast<double>(std::max<int64_t>(e.as_constant().value_or(1), 1));
   }
   return n;
 }
@@ -385,12 +390,14 @@ double elements_at_unit_dims(std::span<const Expression> shape) {
 // cannot turn into a program.
 egraph::CostFn extraction_cost(const LoweredGraph& lowered) {
   const Signature& sig = *lowered.signature;
-  return [&lowered, &sig](const EGraph& g, egraph::NodeId n, std::span<const double> child_costs) {
+  static const DimMap no_dims;
+  const DimMap* dims = lowered.source ? &lowered.source->dim_map() : &no_dims;
+  return [&lowered, &sig, dims](const EGraph& g, egraph::NodeId n, std::span<const double> child_costs) {
     egraph::OpId op = g.node(n).op;
     egraph::SortId sort = g.op(op).sort;
     if (sort != sig.ir) return egraph::ast_size(g, n, child_costs);
     if (!is_ir_op(lowered, op)) return std::numeric_limits<double>::infinity();
-    double c = g.op(op).cost * (1.0 + elements_at_unit_dims(g.node_arg(n, 1).as_expr_list()) / 4096.0);
+    double c = g.op(op).cost * (1.0 + elements_at_representative_dims(g.node_arg(n, 1).as_expr_list(), *dims) / 4096.0);
     for (double x : child_costs) c += x;
     return c;
   };

@@ -82,6 +82,8 @@ std::optional<RepeatedBlock> find_repeated_block(const Graph& g, NodeId min_peri
 
 Segment make_segment(const Graph& g, NodeId begin, NodeId end) {
   Segment s;
+  // The representative dims travel with the segment: extraction costs read them.
+  for (const auto& [name, value] : g.dim_map()) s.graph.set_dim(name, value);
   std::unordered_map<NodeId, NodeId> local;  // original -> segment node
   auto add = [&](Node n, NodeId original, NodeId source) {
     NodeId id = s.graph.add_node(std::move(n));

@@ -39,6 +39,95 @@ using kernel::GemmOperand;
 using kernel::gemm_layout;
 std::optional<std::string> region_text(const Graph& g, const Node& n) { return kernel::node_region_text(g, n, "cpu"); }
 
+// A matmul's operands at execute time: one GemmArgs call (sizes, strides; the caller sets
+// the pointers) repeated over the outer batch axes that remain. Axes of size 1 are
+// dropped; a batch axis that B broadcasts and along which A's rows continue (always so
+// when m == 1: grouped-query attention in decode) becomes more rows of one GEMM; adjacent
+// batch axes with compatible strides merge.
+struct GemmCall {
+  GemmArgs args;
+  struct Loop {
+    int64_t size, a, b, c;  // element strides
+  };
+  std::vector<Loop> loops;  // outermost first
+  bool empty = false;       // an axis of size 0: C has no elements
+  int64_t macs() const {
+    int64_t n = args.batch * args.m * args.n * args.k;
+    for (const auto& l : loops) n *= l.size;
+    return n;
+  }
+  // fn(args) for every index of the loops, with a, b, c advanced (b in bytes of its dtype).
+  template <class Fn>
+  void for_each(Fn&& fn) const {
+    if (empty) return;
+    const int64_t eb = static_cast<int64_t>(dtype_bytes(args.b_dtype));
+    std::vector<int64_t> index(loops.size(), 0);
+    for (;;) {
+      GemmArgs a = args;
+      for (size_t d = 0; d < loops.size(); ++d) {
+        a.a += index[d] * loops[d].a;
+        a.b = static_cast<const std::byte*>(a.b) + index[d] * loops[d].b * eb;
+        a.c += index[d] * loops[d].c;
+      }
+      fn(a);
+      size_t d = loops.size();
+      while (d > 0 && ++index[d - 1] == loops[d - 1].size) index[--d] = 0;
+      if (d == 0) return;
+    }
+  }
+};
+
+GemmCall gemm_call(const GemmLayout& l, const DimMap& dims) {
+  GemmCall call;
+  GemmArgs& a = call.args;
+  a.m = l.m.eval(dims);
+  a.n = l.n.eval(dims);
+  a.k = l.k.eval(dims);
+  a.a_row_stride = l.a.row.eval(dims);
+  a.a_col_stride = l.a.col.eval(dims);
+  a.b_row_stride = l.b.row.eval(dims);
+  a.b_col_stride = l.b.col.eval(dims);
+  a.c_row_stride = a.n;
+  // Batch axes, outermost first; C is contiguous [batch axes..., m, n].
+  std::vector<GemmCall::Loop> axes;
+  for (size_t d = 0; d < l.outer.size(); ++d)
+    axes.push_back({l.outer[d].eval(dims), l.a.outer[d].eval(dims), l.b.outer[d].eval(dims), 0});
+  if (l.rank >= 4) axes.push_back({l.batch.eval(dims), l.a.batch.eval(dims), l.b.batch.eval(dims), 0});
+  int64_t c_stride = a.m * a.n;
+  for (size_t d = axes.size(); d-- > 0;) {
+    axes[d].c = c_stride;
+    c_stride *= axes[d].size;
+  }
+  std::erase_if(axes, [](const GemmCall::Loop& x) { return x.size == 1; });
+  call.empty = std::any_of(axes.begin(), axes.end(), [](const GemmCall::Loop& x) { return x.size == 0; });
+  if (call.empty) return call;
+  // Fold the innermost batch axes into the rows while B is broadcast along them.
+  while (!axes.empty() && a.m > 0) {
+    const GemmCall::Loop& x = axes.back();
+    if (x.b != 0 || x.c != a.m * a.c_row_stride || (a.m > 1 && x.a != a.m * a.a_row_stride)) break;
+    if (a.m == 1) a.a_row_stride = x.a;
+    a.m *= x.size;
+    axes.pop_back();
+  }
+  // Merge adjacent axes that step like one.
+  for (size_t d = axes.size(); d-- > 1;) {
+    GemmCall::Loop &outer = axes[d - 1], &inner = axes[d];
+    if (outer.a == inner.size * inner.a && outer.b == inner.size * inner.b && outer.c == inner.size * inner.c) {
+      inner.size *= outer.size;
+      axes.erase(axes.begin() + static_cast<std::ptrdiff_t>(d - 1));
+    }
+  }
+  if (!axes.empty()) {
+    a.batch = axes.back().size;
+    a.a_batch_stride = axes.back().a;
+    a.b_batch_stride = axes.back().b;
+    a.c_batch_stride = axes.back().c;
+    axes.pop_back();
+  }
+  call.loops = std::move(axes);
+  return call;
+}
+
 enum class StepKind { Kernel, Gemm, BlasGemm, Custom };
 struct Step {
   StepKind kind = StepKind::Kernel;
@@ -338,11 +427,6 @@ void CpuRuntime::run(size_t slot, const DimMap& dims) {
       case StepKind::Gemm:
       case StepKind::BlasGemm: {
         const GemmLayout& l = *step.gemm;
-        GemmArgs a;
-        a.m = l.m.eval(dims);
-        a.n = l.n.eval(dims);
-        a.k = l.k.eval(dims);
-        a.batch = l.batch.eval(dims);
         const DType b_dtype = g.node(n.inputs[1].node).dtype;
         std::byte* operand[2] = {ptr[n.inputs[0].node], ptr[n.inputs[1].node]};
         const GemmOperand* ops[] = {&l.a, &l.b};
@@ -355,25 +439,22 @@ void CpuRuntime::run(size_t slot, const DimMap& dims) {
           launch(*step.copy_kernel[o], n, {operand[o]}, buf.data());
           operand[o] = buf.data();
         }
-        a.a = reinterpret_cast<const float*>(operand[0]) + (l.a.copy ? 0 : l.a.offset.eval(dims));
-        a.a_row_stride = l.a.row.eval(dims);
-        a.a_col_stride = l.a.col.eval(dims);
-        a.a_batch_stride = l.a.batch.eval(dims);
-        a.b = operand[1] + (l.b.copy ? 0 : l.b.offset.eval(dims)) * static_cast<int64_t>(dtype_bytes(b_dtype));
-        a.b_dtype = b_dtype;
-        a.b_row_stride = l.b.row.eval(dims);
-        a.b_col_stride = l.b.col.eval(dims);
-        a.b_batch_stride = l.b.batch.eval(dims);
-        a.c = reinterpret_cast<float*>(ptr[step.node]);
-        a.c_row_stride = a.n;
-        a.c_batch_stride = a.m * a.n;
-        if (a.batch * a.m * a.n * a.k < kSerialMacs) {
-          // Small products run on this thread: inside a (single-chunk) pool task, gemm
-          // runs serially.
-          pool.parallel_for(0, 1, 1, [&](int64_t, int64_t) { gemm(a); });
-        } else if (step.kind == StepKind::Gemm || !blas_gemm(a)) {
-          gemm(a);
-        }
+        GemmCall call = gemm_call(l, dims);
+        call.args.a = reinterpret_cast<const float*>(operand[0]) + (l.a.copy ? 0 : l.a.offset.eval(dims));
+        call.args.b = operand[1] + (l.b.copy ? 0 : l.b.offset.eval(dims)) * static_cast<int64_t>(dtype_bytes(b_dtype));
+        call.args.b_dtype = b_dtype;
+        call.args.c = reinterpret_cast<float*>(ptr[step.node]);
+        const bool serial = call.macs() < kSerialMacs;
+        const bool blas = step.kind == StepKind::BlasGemm;
+        call.for_each([&](const GemmArgs& a) {
+          if (serial) {
+            // Small products run on this thread: inside a (single-chunk) pool task, gemm
+            // runs serially.
+            pool.parallel_for(0, 1, 1, [&](int64_t, int64_t) { gemm(a); });
+          } else if (!blas || !blas_gemm(a)) {
+            gemm(a);
+          }
+        });
         break;
       }
       case StepKind::Custom: {

@@ -119,6 +119,39 @@ TEST(CpuBackend, MatmulLayouts) {
   }, {{}}, /*specials=*/false, 1e-4);
 }
 
+// Batched matmuls of rank 4 and more, as attention builds them: grouped-query attention
+// (the key/value heads broadcast over each group, so the Mul is rank 5), keys transposed,
+// sequence lengths symbolic (s = 1 folds each group into the rows of one GEMM), and
+// outer batch axes that run as a loop. The cheapest program (search limit 1) uses the GEMM
+// ops for every matmul; verification is off, so a wrong GEMM cannot be replaced by the
+// unrewritten program.
+TEST(CpuBackend, AttentionMatmulsOfRankFiveAndMore) {
+  auto build = [](Graph& cx, std::vector<GraphTensor>& in) {
+    const Expression s = Expression::var("s"), t = Expression::var("t");
+    auto q = cx.tensor({s, 6, 8});  // (seq, heads, head_dim), 2 kv heads x 3 groups
+    auto k = cx.tensor({t, 2, 8});
+    auto v = cx.tensor({t, 2, 8});
+    auto x = cx.tensor({2, 3, 2, 4, 5});
+    auto y = cx.tensor({2, 3, 2, 5, 7});
+    auto yb = cx.tensor({3, 1, 5, 7});
+    auto u = cx.tensor({5, 3, 2, 4});
+    auto w = cx.tensor({3, 1, 4, 7});
+    in = {q, k, v, x, y, yb, u, w};
+    // Merged after a permute, then split another way: a view that is not linear, which
+    // the GEMM reads through a contiguous copy.
+    auto scrambled = u.permute({2, 1, 0, 3}).reshape({6, 5, 4}).reshape({3, 2, 5, 4});
+    auto qh = q.reshape({s, 2, 3, 8}).permute({1, 2, 0, 3});  // (2, 3, s, 8)
+    auto kt = k.permute({1, 2, 0}).unsqueeze(1);               // (2, 1, 8, t)
+    auto vh = v.permute({1, 0, 2}).unsqueeze(1);               // (2, 1, t, 8)
+    auto scores = qh.matmul(kt);                               // (2, 3, s, t)
+    auto out = (scores * 0.3).matmul(vh);                      // (2, 3, s, 8)
+    return std::vector<GraphTensor>{scores, out, x.matmul(y), x.matmul(yb), scrambled.matmul(w)};
+  };
+  check("attention matmuls", build, {{{"s", 1}, {"t", 9}}, {{"s", 5}, {"t", 5}}, {{"s", 1}, {"t", 1}}},
+        /*specials=*/false, 1e-4, CompileOptions().search_graph_limit(1).trials(1).verify(VerifyMode::Never));
+  check("attention matmuls, searched", build, {{{"s", 4}, {"t", 11}}, {{"s", 1}, {"t", 3}}}, /*specials=*/true, 1e-4);
+}
+
 TEST(CpuBackend, SymbolicDimsRunWithoutRecompiling) {
   check("symbolic seq", [](Graph& cx, std::vector<GraphTensor>& in) {
     Expression seq = Expression::var("seq");

@@ -41,6 +41,14 @@ namespace {
 bool gemm_dtype(DType dt) { return dt == DType::F32 || dt == DType::F16 || dt == DType::BF16; }
 }  // namespace
 
+// The layouts this backend runs: rank 3 or 4 (cuBLASLt's strided batch); outer batch
+// axes (rank 5 and more) are not looped here yet.
+std::optional<kernel::GemmLayout> cuda_gemm_layout(const ShapeTracker& va, const ShapeTracker& vb) {
+  auto l = kernel::gemm_layout(va, vb);
+  if (l && !l->outer.empty()) return std::nullopt;
+  return l;
+}
+
 void register_runtime_primitives(egraph::EGraph& eg) {
   using egraph::Value;
   using egraph::ValueKind;
@@ -49,7 +57,7 @@ void register_runtime_primitives(egraph::EGraph& eg) {
   // axis a linear stride or copied first).
   eg.register_primitive("gemm-layout", [](std::span<const Value> a) -> std::optional<Value> {
     if (a.size() != 2 || a[0].kind() != ValueKind::ExprList || a[1].kind() != ValueKind::ExprList) return std::nullopt;
-    return Value::boolean(kernel::gemm_layout(search::decode_view(a[0]), search::decode_view(a[1])).has_value());
+    return Value::boolean(cuda_gemm_layout(search::decode_view(a[0]), search::decode_view(a[1])).has_value());
   });
   // (gemm-float ?dtype): F32, F16 or BF16, the dtypes cuBLASLt and our GEMV take.
   eg.register_primitive("gemm-float", [](std::span<const Value> a) -> std::optional<Value> {
@@ -77,7 +85,7 @@ std::vector<std::string> program_regions(const luminal::Graph& g) {
     if (auto r = kernel::node_region_text(g, n, "cuda")) {
       regions.push_back(std::move(*r));
     } else if (is_matmul(n)) {
-      auto l = kernel::gemm_layout(n.inputs[0].view, n.inputs[1].view);
+      auto l = cuda_gemm_layout(n.inputs[0].view, n.inputs[1].view);
       if (!l) continue;  // load_program reports it
       const kernel::GemmOperand* ops[] = {&l->a, &l->b};
       for (int o = 0; o < 2; ++o)
@@ -477,7 +485,7 @@ void CudaRuntime::load_program(size_t slot, const luminal::Graph& program, std::
       }
     } else if (is_matmul(n)) {
       step.kind = n.backend->name == "CudaGemv" ? StepKind::Gemv : StepKind::CublasLt;
-      step.gemm = kernel::gemm_layout(n.inputs[0].view, n.inputs[1].view);
+      step.gemm = cuda_gemm_layout(n.inputs[0].view, n.inputs[1].view);
       LUMINAL_CHECK(step.gemm.has_value(), "cuda: ", n.backend->name, " with operand views it cannot take");
       LUMINAL_CHECK(gemm_dtype(n.dtype), "cuda: ", n.backend->name, " of ", dtype_name(n.dtype),
                     " (F32, F16 and BF16 only)");

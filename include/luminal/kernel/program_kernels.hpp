@@ -7,6 +7,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "luminal/graph.hpp"
 
@@ -27,19 +28,24 @@ std::string copy_region_text(DType dtype, const Shape& shape, const ShapeTracker
 struct GemmOperand {
   bool copy = false;
   Expression offset = 0, row = 0, col = 0, batch = 0;  // element strides (row: m or k, col: k or n)
+  std::vector<Expression> outer;                        // strides of the batch axes before `batch`
   // The view without the Mul's broadcast axis: a copy through it is the operand packed
   // ([batch?, m, k] for A, [batch?, n, k] for B). Filled for every operand, so a backend
   // may also copy a linear operand whose strides its library cannot take.
   ShapeTracker copy_view;
 };
+// Rank 3 ([m, n, k]), 4 ([batch, m, n, k]) or more: the axes before `batch` are outer
+// batch axes (attention's [kv_heads, group, ...]), which a backend runs as a loop around
+// its GEMM (or refuses: `outer` non-empty).
 struct GemmLayout {
   int rank = 0;
   Expression batch = 1, m, n, k;
+  std::vector<Expression> outer;  // sizes of the outer batch axes
   GemmOperand a, b;  // a: rows m, cols k; b: rows k, cols n
 };
 
-// The layout of SumReduce(k) of Mul(a through va, b through vb) in [batch?, m, n, k]
-// space (rank 3 or 4, A broadcast along n, B along m); nullopt when it is not one.
+// The layout of SumReduce(k) of Mul(a through va, b through vb) in [outer..., batch?, m,
+// n, k] space (rank >= 3, A broadcast along n, B along m); nullopt when it is not one.
 std::optional<GemmLayout> gemm_layout(const ShapeTracker& va, const ShapeTracker& vb);
 
 }  // namespace luminal::kernel

@@ -38,8 +38,12 @@ class Constants {
   std::vector<std::pair<GraphTensor, HostTensor>> items_;
 };
 
-// A persisted, named weight input (F32).
-GraphTensor parameter(Graph& g, const std::string& name, const Shape& shape);
+// A persisted, named weight input (F32, or `dtype`: F16/BF16 weights stay in their
+// checkpoint's dtype and are converted where they are read, never copied to F32).
+GraphTensor parameter(Graph& g, const std::string& name, const Shape& shape, DType dtype = DType::F32);
+
+// `w` as F32 (a Cast when it is held in F16/BF16; backends read the weight itself).
+GraphTensor as_f32(const GraphTensor& w);
 
 // The dynamic dims of a sequence step.
 struct SeqDims {
@@ -47,21 +51,23 @@ struct SeqDims {
   Expression seq = Expression::var("s");   // new tokens in this execution
 };
 
-// y = x W^T (+ b). Weight "<prefix>.weight" (out, in); bias "<prefix>.bias" (out).
+// y = x W^T (+ b). Weight "<prefix>.weight" (out, in) in `weight_dtype`; bias
+// "<prefix>.bias" (out, F32).
 struct Linear {
   GraphTensor weight;
   std::optional<GraphTensor> bias;
   Linear() = default;
-  Linear(Graph& g, const std::string& prefix, int64_t in_features, int64_t out_features, bool with_bias = false);
-  GraphTensor operator()(const GraphTensor& x) const { return x.linear(weight, bias); }
+  Linear(Graph& g, const std::string& prefix, int64_t in_features, int64_t out_features, bool with_bias = false,
+         DType weight_dtype = DType::F32);
+  GraphTensor operator()(const GraphTensor& x) const { return x.linear(as_f32(weight), bias); }
 };
 
 // Token embedding: "<prefix>.weight" (vocab, dim); ids (any shape, integer) -> (..., dim).
 struct Embedding {
   GraphTensor weight;
   Embedding() = default;
-  Embedding(Graph& g, const std::string& prefix, int64_t vocab, int64_t dim);
-  GraphTensor operator()(const GraphTensor& ids) const { return weight.embedding(ids); }
+  Embedding(Graph& g, const std::string& prefix, int64_t vocab, int64_t dim, DType weight_dtype = DType::F32);
+  GraphTensor operator()(const GraphTensor& ids) const { return as_f32(weight.embedding(ids)); }
 };
 
 // RMSNorm over the last dim: x / sqrt(mean(x^2) + eps) * w. With unit_offset (Gemma)
@@ -176,7 +182,7 @@ struct GatedMLP {
   Activation act = Activation::SiLU;
   GatedMLP() = default;
   GatedMLP(Graph& g, const std::string& prefix, int64_t hidden, int64_t intermediate, Activation act,
-           bool with_bias = false);
+           bool with_bias = false, DType weight_dtype = DType::F32);
   GraphTensor operator()(const GraphTensor& x) const { return down(activate(gate(x), act) * up(x)); }
 };
 
@@ -186,7 +192,7 @@ struct MLP {
   Activation act = Activation::GeluTanh;
   MLP() = default;
   MLP(Graph& g, const std::string& fc1_prefix, const std::string& fc2_prefix, int64_t hidden, int64_t intermediate,
-      Activation act, bool with_bias = true);
+      Activation act, bool with_bias = true, DType weight_dtype = DType::F32);
   GraphTensor operator()(const GraphTensor& x) const { return fc2(activate(fc1(x), act)); }
 };
 

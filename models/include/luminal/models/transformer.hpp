@@ -21,6 +21,7 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "luminal/compile.hpp"
 #include "luminal/graph.hpp"
 #include "luminal/models/nn.hpp"
 #include "luminal/runtime.hpp"
@@ -58,6 +59,9 @@ struct TransformerConfig {
   // "<weight_prefix>norm.weight" and lm_head_name (when not tied).
   std::string weight_prefix = "model.";
   std::string lm_head_name = "lm_head.weight";
+  // The dtype the weight matrices (linear layers, embeddings) are held in: F32, or the
+  // checkpoint's F16/BF16 (converted where they are read; norms and biases stay F32).
+  DType weight_dtype = DType::F32;
   std::optional<int32_t> bos_token_id;
   std::vector<int32_t> eos_token_ids;   // config.json and generation_config.json, merged
 };
@@ -87,6 +91,10 @@ struct ModelOptions {
   int64_t max_seq_len = 0;
   // Logits for every new position (seq, vocab) instead of only the last (1, vocab).
   bool all_logits = false;
+  // from_pretrained: when every weight matrix of the checkpoint is F16 (or every one is
+  // BF16), keep them so (half the memory and bandwidth of F32; the values computed are
+  // the same, since conversion to F32 is exact); otherwise, or when false, F32.
+  bool keep_weight_dtype = true;
 };
 
 // A causal LM graph: token ids in, logits out, one KV cache per layer.
@@ -104,8 +112,9 @@ class CausalLM {
   int64_t max_seq_len() const { return max_seq_; }
   bool all_logits() const { return all_logits_; }
 
-  // (s) I32. The graph's dim map holds s = 1, p = 0 as representative values for the
-  // compiler's search, so feed ids with Runtime::set_tensor (Generator::forward does).
+  // (s) I32. The graph's dim map holds s = 1, p = min(max_seq / 2, 256) as representative
+  // values for the compiler's search, so feed ids with Runtime::set_tensor (Generator::forward
+  // does).
   GraphTensor input_ids() const { return input_ids_; }
   GraphTensor logits() const { return logits_; }        // (s, vocab) or (1, vocab), F32
   const std::vector<nn::KVCache>& caches() const { return caches_; }
@@ -118,6 +127,11 @@ class CausalLM {
   void load_weights(Runtime& rt) const;
   // Zero the KV caches (not needed between prompts: positions >= p are never read).
   void clear_caches(Runtime& rt) const;
+
+  // `options` with one plan for decode steps (s = 1) and one for prefills (s >= 2), each
+  // searched at its own size: a program chosen for s = 1 may fuse work that a long
+  // prompt repeats per token. Unchanged when `options` already has buckets for "s".
+  CompileOptions with_prefill_plan(CompileOptions options) const;
 
  private:
   CausalLM() = default;
