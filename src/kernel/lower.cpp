@@ -82,7 +82,7 @@ class Lowerer {
         phases[0].rows = product(n.shape);
       } else {
         int target = input_value(scatter, 1, row, 1);
-        int bound = emit_bound(target, product(n.shape), 1, KernelError::ScatterOutOfRange);
+        int bound = emit_bound(target, n, n.shape, n.inputs[1].view.shape(), row, 1, KernelError::ScatterOutOfRange);
         st.index = Expression::var(value_var(bound));
         st.args = {input_value(scatter, 2, row, 1)};
         Shape src = n.inputs[1].view.shape();
@@ -94,6 +94,8 @@ class Lowerer {
     }
     return phases;
   }
+
+  const std::vector<BoundSite>& sites() const { return sites_; }
 
  private:
   using Key = std::tuple<NodeId, Expression, Expression>;
@@ -136,14 +138,38 @@ class Lowerer {
     return next_value_ - 1;
   }
 
-  int emit_bound(int value, const Expression& bound, const Expression& guard, KernelError code) {
+  // Check the flat index `value` of a Gather/Scatter `n` at flat `position` (of the
+  // `positions` shape): inside [0, numel of `sizes`) and, when the node carries the user's
+  // axis, its coordinate along that axis inside [0, size) -- the check of the reference
+  // runtime, so an index past its axis that lands in the next row is an error too.
+  int emit_bound(int value, const Node& n, const Shape& sizes, const Shape& positions, const Expression& position,
+                 const Expression& guard, KernelError code) {
     Stmt st;
     st.kind = StmtKind::Bound;
     st.dtype = DType::I64;
     st.args = {value};
-    st.index = bound;
+    st.index = product(sizes);
     st.guard = guard;
+    st.position = position;
     st.constant = static_cast<double>(code);
+    if (n.axis >= 0 && static_cast<size_t>(n.axis) < sizes.size() && positions.size() == sizes.size()) {
+      // A user's index i along the axis gives the flat index base + i * stride[axis], base
+      // from the position's other coordinates. (Not an Expression of the value: the
+      // simplifier assumes variables are >= 0, and a bad index may be negative.)
+      const auto axis = static_cast<size_t>(n.axis);
+      Expression base = 0, stride = 1, inner = 1;
+      for (size_t d = sizes.size(); d-- > 0;) {
+        Expression coord = d == 0 ? position / inner : (position / inner) % positions[d];
+        if (d == axis) st.axis_stride = stride;
+        else base = base + coord * stride;
+        stride = stride * sizes[d];
+        inner = inner * positions[d];
+      }
+      st.axis_base = base;
+      st.axis_size = sizes[axis];
+    }
+    st.site = static_cast<int>(sites_.size());
+    sites_.push_back(BoundSite{code, n.axis, sizes, positions});
     return emit(std::move(st), blocks_.size() - 1);
   }
 
@@ -193,7 +219,18 @@ class Lowerer {
         break;
       case OpKind::Gather: {
         int target = input_value(id, 0, idx, guard);
-        int bound = emit_bound(target, n.inputs[1].view.n_elements(), guard, KernelError::GatherOutOfRange);
+        int bound;
+        if (n.axis < 0 && index_in_range(n.inputs[0], n.inputs[1].view.n_elements())) {
+          // A flat index the region computes (where's select, pads) that provably stays in
+          // range: no check, so the loop stays vectorisable.
+          Stmt wide;
+          wide.kind = StmtKind::Cast;
+          wide.dtype = DType::I64;
+          wide.args = {target};
+          bound = emit(std::move(wide), blocks_.size() - 1);
+        } else {
+          bound = emit_bound(target, n, n.inputs[1].view.shape(), n.shape, idx, guard, KernelError::GatherOutOfRange);
+        }
         int v = input_value(id, 1, Expression::var(value_var(bound)), guard);
         blocks_.back().cache[key] = v;
         return v;
@@ -209,6 +246,66 @@ class Lowerer {
     int v = emit(std::move(st), blocks_.size() - 1);
     blocks_.back().cache[key] = v;
     return v;
+  }
+
+  // ---- integer value ranges, to drop index checks that cannot fail ----
+  using Range = std::pair<Expression, Expression>;  // inclusive [lo, hi]
+  static bool provably_nonnegative(const Expression& e) {
+    auto lb = e.lower_bound();
+    return lb && *lb >= 0;
+  }
+  // The values an integer edge can carry (padding reads 0), when they can be bounded.
+  std::optional<Range> edge_range(const NodeInput& in) {
+    auto r = node_range(in.node);
+    if (!r) return std::nullopt;
+    if (!(in.view.valid_expression() == Expression(1))) {
+      if (!provably_nonnegative(r->first)) return std::nullopt;
+      r->first = 0;
+    }
+    return r;
+  }
+  std::optional<Range> node_range(NodeId id) {
+    const Node& n = g_.node(id);
+    std::optional<Range> r;
+    if (n.dtype == DType::Bool) return Range{0, 1};
+    if (is_float(n.dtype)) return std::nullopt;
+    switch (n.op) {
+      case OpKind::Constant: {
+        Expression c(wrap_to_int_dtype(static_cast<int64_t>(n.constant), n.dtype));
+        r = Range{c, c};
+        break;
+      }
+      case OpKind::Iota:
+        if (!n.iota_expr.depends_on(Expression::kIndexName)) r = Range{n.iota_expr, n.iota_expr};
+        else if (n.iota_expr == Expression::index()) r = Range{0, product(n.shape) - 1};
+        break;
+      case OpKind::Cast:
+        if (!is_float(g_.node(n.inputs[0].node).dtype)) r = edge_range(n.inputs[0]);
+        break;
+      case OpKind::Add:
+      case OpKind::Mul: {
+        auto a = edge_range(n.inputs[0]), b = edge_range(n.inputs[1]);
+        if (!a || !b) break;
+        if (n.op == OpKind::Add) r = Range{a->first + b->first, a->second + b->second};
+        else if (provably_nonnegative(a->first) && provably_nonnegative(b->first))
+          r = Range{a->first * b->first, a->second * b->second};
+        break;
+      }
+      default: break;
+    }
+    // Arithmetic in a narrow dtype wraps: only a range that fits it is a range. (Int64
+    // index arithmetic on tensor sizes does not wrap.)
+    const int bits = static_cast<int>(dtype_bytes(n.dtype)) * 8;
+    if (r && bits < 64) {
+      auto lb = r->first.lower_bound(), ub = r->second.upper_bound();
+      const int64_t limit = (int64_t{1} << (bits - 1)) - 1;
+      if (!lb || !ub || *lb < -limit || *ub > limit) return std::nullopt;
+    }
+    return r;
+  }
+  bool index_in_range(const NodeInput& index, const Expression& numel) {
+    auto r = edge_range(index);
+    return r && provably_nonnegative(r->first) && provably_nonnegative(numel - 1 - r->second);
   }
 
   // Numeric checks on sample dim values (the simplifier cannot use loop bounds, so
@@ -310,6 +407,7 @@ class Lowerer {
 
   const Graph& g_;
   Expression rows_, cols_;
+  std::vector<BoundSite> sites_;
   std::vector<DimMap> samples_;
   std::map<NodeId, int> slot_;
   int output_slot_ = 0;
@@ -380,6 +478,7 @@ std::optional<Kernel> lower(const Region& region) {
     try {
       Lowerer l(g, 1, 1, samples);
       k.phases = l.lower_scatter(o.inputs[0].node);
+      k.bound_sites = l.sites();
     } catch (const Refuse&) {
       return std::nullopt;
     }
@@ -398,6 +497,7 @@ std::optional<Kernel> lower(const Region& region) {
     try {
       Lowerer l(g, rows, cols, samples);
       k.phases = {l.lower_output(out)};
+      k.bound_sites = l.sites();
     } catch (const Refuse&) {
       continue;
     }
@@ -449,7 +549,13 @@ void print(std::ostringstream& os, const std::vector<Stmt>& stmts, int indent) {
       case StmtKind::Constant: os << " " << s.constant; break;
       case StmtKind::Index: os << " " << s.index.to_string(); break;
       case StmtKind::Select: os << " " << s.index.to_string() << " ? v" << s.args[0] << " : 0"; break;
-      case StmtKind::Bound: os << " v" << s.args[0] << " in [0, " << s.index.to_string() << ") else error " << s.constant; break;
+      case StmtKind::Bound:
+        os << " v" << s.args[0] << " in [0, " << s.index.to_string() << ")";
+        if (!(s.axis_size == Expression(0)))
+          os << " and on axis (v - " << s.axis_base.to_string() << ") / " << s.axis_stride.to_string() << " in [0, "
+             << s.axis_size.to_string() << ")";
+        os << " else error " << s.constant << " at " << s.position.to_string();
+        break;
       case StmtKind::Reduce: os << " " << op_name(s.op) << " r" << s.loop << " < " << s.index.to_string() << " of v" << s.args[0]; break;
       default:
         if (s.kind == StmtKind::Alu) os << " " << op_name(s.op);
@@ -490,6 +596,67 @@ std::string to_string(const Kernel& k) {
     print(os, ph.col_body, 4);
   }
   return os.str();
+}
+
+}  // namespace luminal::kernel
+
+namespace luminal::kernel {
+
+std::string describe_error(const Kernel& kernel, std::span<const int32_t> record, const DimMap& dims,
+                           std::string_view user_op) {
+  LUMINAL_ASSERT(record.size() >= static_cast<size_t>(kErrorWords), "error record too short");
+  auto word64 = [&](size_t at) {
+    return static_cast<int64_t>(static_cast<uint64_t>(static_cast<uint32_t>(record[at])) |
+                                (static_cast<uint64_t>(static_cast<uint32_t>(record[at + 1])) << 32));
+  };
+  const auto code = static_cast<KernelError>(record[0]);
+  if (code == KernelError::IntegerModByZero)
+    return std::string(user_op.empty() ? "Mod" : user_op) + ": integer division by zero";
+  const int site = record[1];
+  if ((code != KernelError::GatherOutOfRange && code != KernelError::ScatterOutOfRange) || site < 0 ||
+      static_cast<size_t>(site) >= kernel.bound_sites.size())
+    return "kernel error code " + std::to_string(record[0]);
+  const BoundSite& b = kernel.bound_sites[static_cast<size_t>(site)];
+  // The user's op when it is an indexing op; otherwise the primitive's own name.
+  std::string who(user_op);
+  if (who != "gather" && who != "scatter" && who != "index_select" && who != "embedding")
+    who = code == KernelError::GatherOutOfRange ? "gather" : "scatter";
+  const int64_t target = word64(2), position = word64(4);
+  std::vector<int64_t> sizes, positions;
+  for (const auto& e : b.sizes) sizes.push_back(e.eval(dims));
+  for (const auto& e : b.positions) positions.push_back(e.eval(dims));
+  int64_t numel = 1;
+  for (int64_t s : sizes) numel *= s;
+  if (b.axis >= 0 && static_cast<size_t>(b.axis) < sizes.size() && positions.size() == sizes.size()) {
+    const auto axis = static_cast<size_t>(b.axis);
+    std::vector<int64_t> pos(positions.size());
+    int64_t rest = position;
+    for (size_t d = positions.size(); d-- > 0;) {
+      pos[d] = positions[d] > 0 ? rest % positions[d] : 0;
+      rest = positions[d] > 0 ? rest / positions[d] : 0;
+    }
+    int64_t stride = 1, base = 0, axis_stride = 1;
+    for (size_t d = sizes.size(); d-- > 0;) {
+      if (d == axis) axis_stride = stride;
+      else base += pos[d] * stride;
+      stride *= sizes[d];
+    }
+    const int64_t i = (target - base) / axis_stride;
+    if ((target - base) % axis_stride == 0 && (i < 0 || i >= sizes[axis])) {
+      // index_select and embedding take a 1-D index: its position is the coordinate along the axis.
+      std::string at;
+      if (who == "index_select" || who == "embedding") {
+        at = std::to_string(pos[axis]);
+      } else {
+        at = "[";
+        for (size_t d = 0; d < pos.size(); ++d) at += (d ? ", " : "") + std::to_string(pos[d]);
+        at += "]";
+      }
+      return who + ": index " + std::to_string(i) + " is out of range for dimension " + std::to_string(b.axis) +
+             " of size " + std::to_string(sizes[axis]) + " (at position " + at + " of the index)";
+    }
+  }
+  return who + ": internal index " + std::to_string(target) + " out of range [0, " + std::to_string(numel) + ")";
 }
 
 }  // namespace luminal::kernel

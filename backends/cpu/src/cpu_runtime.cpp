@@ -388,8 +388,8 @@ void CpuRuntime::run(size_t slot, const DimMap& dims) {
     const kernel::Kernel& k = ck.kernel;
     std::vector<void*> buffers(inputs.begin(), inputs.end());
     buffers.push_back(out);
-    int32_t error = 0;
-    buffers.push_back(&error);
+    int32_t error[kernel::kErrorWords] = {};
+    buffers.push_back(error);
     dim_values.clear();
     for (const auto& d : k.dim_names) dim_values.push_back(dims.at(d));
     int64_t extent = k.extent.eval(dims);
@@ -401,11 +401,7 @@ void CpuRuntime::run(size_t slot, const DimMap& dims) {
       entry(buffers.data(), dim_values.data(), 0, extent);
     else
       pool.parallel_for(0, extent, grain, [&](int64_t b, int64_t e) { entry(buffers.data(), dim_values.data(), b, e); });
-    if (error != 0) {
-      const char* what = error == 1 ? "integer modulo by zero" : error == 2 ? "gather index out of range"
-                                                                            : "scatter index out of range";
-      fail(n.user_op.empty() ? std::string(op_name(n.op)) : n.user_op, ": ", what);
-    }
+    if (error[0] != 0) fail(kernel::describe_error(k, error, dims, n.user_op));
   };
   for (const Step& step : p.steps) {
     check_deadline();
