@@ -353,6 +353,11 @@ class Emitter {
   bool lanes() const { return d_.lanes && k_.geometry == Geometry::WarpPerRow; }
 
   void phase_body(const Phase& p) {
+    // Row scratch (Stash/Unstash): C++ keeps the row; on the GPU each lane keeps the
+    // columns it owns (the reduction and the columns stride over the lanes alike).
+    for (size_t k = 0; k < p.scratch.size(); ++k)
+      line(std::string(value_type(p.scratch[k])) + " lm_scratch" + std::to_string(k) + "[" +
+           (lanes() ? "(" + expr(p.cols) + " + 31) / 32" : expr(p.cols)) + "];");
     top_level_ = true;
     stmts(p.row_body);
     top_level_ = false;
@@ -390,7 +395,10 @@ class Emitter {
       case StmtKind::Constant: line(decl + literal(s.constant, s.dtype) + ";"); return;
       case StmtKind::Index: line(decl + convert("(" + expr(s.index) + ")", DType::I64, s.dtype) + ";"); return;
       case StmtKind::Cast: line(decl + convert(val(s.args[0]), type_of(s.args[0]), s.dtype) + ";"); return;
-      case StmtKind::Select: line(decl + "(" + expr(s.index) + ") ? " + val(s.args[0]) + " : " + zero(s.dtype) + ";"); return;
+      case StmtKind::Select:
+        if (s.args.size() == 3) line(decl + val(s.args[0]) + " ? " + val(s.args[1]) + " : " + val(s.args[2]) + ";");
+        else line(decl + "(" + expr(s.index) + ") ? " + val(s.args[0]) + " : " + zero(s.dtype) + ";");
+        return;
       case StmtKind::Alu: line(decl + alu(s) + ";"); return;
       case StmtKind::Bound: {
         line("long long " + v + " = (long long)" + val(s.args[0]) + ";");
@@ -413,6 +421,8 @@ class Emitter {
         return;
       }
       case StmtKind::Reduce: reduce(s); return;
+      case StmtKind::Stash: line(scratch_ref(s) + " = " + val(s.args[0]) + ";"); return;
+      case StmtKind::Unstash: line(decl + scratch_ref(s) + ";"); return;
     }
   }
 
@@ -471,6 +481,10 @@ class Emitter {
     std::string result = "(" + std::string(value_type(s.dtype)) + ")" + acc;
     if (is_half(s.dtype)) result = round_half(s.dtype, "(float)" + acc);
     line("const " + std::string(value_type(s.dtype)) + " v" + std::to_string(s.value) + " = " + result + ";");
+  }
+
+  std::string scratch_ref(const Stmt& s) const {
+    return "lm_scratch" + std::to_string(s.buffer) + "[" + (lanes() ? "(" + expr(s.index) + ") >> 5" : expr(s.index)) + "]";
   }
 
   std::string alu(const Stmt& s) const {

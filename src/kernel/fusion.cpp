@@ -44,7 +44,7 @@ std::shared_ptr<const Region> parse_cached(const std::string& text) {
 // Regions stay small enough that every variant the rules grow can be lowered and
 // compiled quickly: the e-graph holds every way to cut a chain, so their number grows
 // with the square of the chain's length, and both-fused binary merges multiply.
-constexpr size_t kMaxRegionNodes = 24;
+constexpr size_t kMaxRegionNodes = 48;
 
 // The region of an interned e-graph string, by its intern id: rules hand the same
 // strings to fuse-op many times, and hashing kilobytes of text per call dominated.

@@ -54,12 +54,14 @@ enum class StmtKind : uint8_t {
   Index,     // value = index (an int64 Expression), converted to dtype
   Alu,       // value = op(args) for a Unary/Binary primitive (not Cast)
   Cast,      // value = args[0] converted to dtype (docs/OPS_SEMANTICS.md rules)
-  Select,    // value = index ? args[0] : 0 (reads through a padded view)
+  Select,    // value = index ? args[0] : 0 (reads through a padded view); with three args: args[0] ? args[1] : args[2]
   Bound,     // int64 value = args[0]; when guard holds and it is outside [0, index), or (axis_size > 0) it lies on
              // the axis line through axis_base (a multiple of axis_stride away) at a coordinate outside
              // [0, axis_size): error, value 0
   Reduce,    // value = op (SumReduce/MaxReduce) over loop var r<loop> in [0, index) of args[0], computed by body
   Store,     // buffer[index] = args[0]
+  Stash,     // row scratch `buffer`[index] = args[0] (a value a row reduction computes and the columns reuse)
+  Unstash,   // value = row scratch `buffer`[index]
 };
 
 struct Stmt {
@@ -92,6 +94,10 @@ struct Phase {
   Expression cols = 1;
   std::vector<Stmt> row_body;
   std::vector<Stmt> col_body;
+  // Per-row scratch arrays of `cols` values (Stash/Unstash `buffer`), by value dtype: an
+  // expensive value (exp2, log2, sin) a row reduction computes for every column is kept
+  // for the column loop instead of being computed again.
+  std::vector<DType> scratch;
 };
 
 enum class Geometry : uint8_t {
