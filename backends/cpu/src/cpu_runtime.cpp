@@ -245,9 +245,12 @@ void CpuRuntime::register_primitives(egraph::EGraph& eg) const {
 
 void CpuRuntime::prepare(std::span<const Graph* const> programs) {
   std::vector<std::string> regions;
-  for (const Graph* g : programs)
-    for (const Node& n : g->nodes())
-      if (auto r = region_text(*g, n)) regions.push_back(std::move(*r));
+  for (const Graph* p : programs) {
+    std::vector<NodeId> renumbered;
+    const Graph g = kernel::fuse_program(*p, renumbered);  // as load_program will run it
+    for (const Node& n : g.nodes())
+      if (auto r = region_text(g, n)) regions.push_back(std::move(*r));
+  }
   state_->shared->compile(regions);
 }
 
@@ -256,10 +259,14 @@ void CpuRuntime::load_program(size_t slot, const Graph& program, std::vector<Nod
   auto& s = *state_;
   if (s.slots.size() <= slot) s.slots.resize(slot + 1);
   ProgramPlan p;
-  p.graph = program;
-  p.external_ids = std::move(external_ids);
+  // Kernels the extracted program left apart are joined where one kernel can compute them.
+  std::vector<NodeId> renumbered;
+  p.graph = kernel::fuse_program(program, renumbered);
+  p.external_ids.assign(p.graph.size(), kNoNode);
+  for (NodeId i = 0; i < program.size(); ++i)
+    if (renumbered[i] != kNoNode) p.external_ids[renumbered[i]] = external_ids[i];
   std::vector<std::string> regions;
-  for (NodeId i = 0; i < program.size(); ++i) {
+  for (NodeId i = 0; i < p.graph.size(); ++i) {
     const Node& n = p.graph.node(i);
     for (const auto& in : n.inputs) LUMINAL_ASSERT(in.node < i, "program is not in topological order at node ", i);
     for (const auto& d : n.shape)
@@ -520,8 +527,9 @@ void CpuRuntime::run(size_t slot, const DimMap& dims) {
   for (NodeId i = 0; i < g.size(); ++i) {
     const Node& n = g.node(i);
     if (n.op != OpKind::Output) continue;
-    HostTensor t = HostTensor::zeros(n.dtype, static_cast<size_t>(product(n.shape).eval(dims)));
-    std::memcpy(t.bytes.data(), ptr[i], t.bytes.size());
+    HostTensor t;  // one copy out of the arena (no zero fill first)
+    t.dtype = n.dtype;
+    t.bytes.assign(ptr[i], ptr[i] + static_cast<size_t>(product(n.shape).eval(dims)) * dtype_bytes(n.dtype));
     if (n.updates != kNoNode) results.emplace_back(p.external_ids[n.updates], t);
     if (p.external_ids[i] != kNoNode) results.emplace_back(p.external_ids[i], std::move(t));
   }
