@@ -410,6 +410,7 @@ void CpuRuntime::run(size_t slot, const DimMap& dims) {
       pool.parallel_for(0, extent, grain, [&](int64_t b, int64_t e) { entry(buffers.data(), dim_values.data(), b, e); });
     if (error[0] != 0) fail(kernel::describe_error(k, error, dims, n.user_op));
   };
+  std::unordered_map<NodeId, HostTensor> read_out;  // outputs already copied to the user
   for (const Step& step : p.steps) {
     check_deadline();
     const Node& n = g.node(step.node);
@@ -435,6 +436,16 @@ void CpuRuntime::run(size_t slot, const DimMap& dims) {
     } timer{s, step, n, step_start};
     switch (step.kind) {
       case StepKind::Kernel:
+        if (n.op == OpKind::Output && n.inputs[0].view.is_contiguous() &&
+            n.inputs[0].view.shape() == g.node(n.inputs[0].node).shape && g.node(n.inputs[0].node).dtype == n.dtype) {
+          // An output that reads its producer whole: copied once, straight to the user's
+          // tensor, instead of through the arena.
+          HostTensor& t = read_out[step.node];
+          t.dtype = n.dtype;
+          const std::byte* src = ptr[n.inputs[0].node];
+          t.bytes.assign(src, src + static_cast<size_t>(product(n.shape).eval(dims)) * dtype_bytes(n.dtype));
+          break;
+        }
         launch(*step.kernel, n, ptr_inputs(n), ptr[step.node]);
         break;
       case StepKind::Gemm:
@@ -528,8 +539,12 @@ void CpuRuntime::run(size_t slot, const DimMap& dims) {
     const Node& n = g.node(i);
     if (n.op != OpKind::Output) continue;
     HostTensor t;  // one copy out of the arena (no zero fill first)
-    t.dtype = n.dtype;
-    t.bytes.assign(ptr[i], ptr[i] + static_cast<size_t>(product(n.shape).eval(dims)) * dtype_bytes(n.dtype));
+    if (auto it = read_out.find(i); it != read_out.end()) {
+      t = std::move(it->second);
+    } else {
+      t.dtype = n.dtype;
+      t.bytes.assign(ptr[i], ptr[i] + static_cast<size_t>(product(n.shape).eval(dims)) * dtype_bytes(n.dtype));
+    }
     if (n.updates != kNoNode) results.emplace_back(p.external_ids[n.updates], t);
     if (p.external_ids[i] != kNoNode) results.emplace_back(p.external_ids[i], std::move(t));
   }
