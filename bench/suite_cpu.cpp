@@ -133,6 +133,8 @@ GraphTensor build_elementwise(Graph& cx, const std::string& which) {
   GraphTensor x = weight(cx, "x", {64, 4096});
   if (which == "softmax") return x.softmax(1);
   if (which == "gelu") return x.gelu();
+  if (which == "gelu_tanh") return x.gelu_tanh();
+  if (which == "rms_norm") return x.rms_norm(1, weight(cx, "weight", {4096}), 1e-5);
   return x.layer_norm(1, weight(cx, "weight", {4096}), weight(cx, "bias", {4096}), 1e-5);
 }
 
@@ -181,11 +183,12 @@ int run_graph_case(const Args& a) {
   GraphTensor out;
   if (a.case_name == "mlp") out = build_mlp(cx);
   else if (a.case_name == "llama_block") out = build_llama_block(cx);
-  else if (a.case_name == "softmax" || a.case_name == "layer_norm" || a.case_name == "gelu")
+  else if (a.case_name == "softmax" || a.case_name == "layer_norm" || a.case_name == "gelu" ||
+           a.case_name == "gelu_tanh" || a.case_name == "rms_norm")
     out = build_elementwise(cx, a.case_name);
   else if (a.case_name == "sgemm") out = build_sgemm(cx);
   else if (a.case_name.rfind("probe_", 0) == 0) out = build_probe(cx, a.case_name.substr(6));
-  else fail("unknown case '", a.case_name, "' (mlp, llama_block, softmax, layer_norm, gelu, sgemm, decode)");
+  else fail("unknown case '", a.case_name, "' (mlp, llama_block, softmax, layer_norm, rms_norm, gelu, gelu_tanh, sgemm, decode)");
   out = out.output();
 
   auto t = clock_type::now();

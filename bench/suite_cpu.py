@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """scripts/bench cpu: luminal's CPU backend against PyTorch eager, torch.compile (inductor)
 and ONNX Runtime (CPUExecutionProvider) in the same run, all on CPU with the same thread
-count (issue 9). Cases: an MLP, a Llama decoder block, softmax / layer_norm / GELU, SGEMM
+count (issue 9). Cases: an MLP, a Llama decoder block, softmax / layer_norm / rms_norm / GELU (erf, tanh), SGEMM
 against OpenBLAS, and decode of a ~100M-parameter Llama against Hugging Face transformers.
 
 luminal's numbers come from build/release/bench/suite_cpu (one case per invocation, a
@@ -251,6 +251,16 @@ class Gelu(Params):
         return F.gelu(x)
 
 
+class GeluTanh(Params):
+    def forward(self, x):
+        return F.gelu(x, approximate="tanh")
+
+
+class RmsNorm(Params):
+    def forward(self, x):
+        return F.rms_norm(x, (4096,), self.p("weight"), 1e-5)
+
+
 def case_elementwise():
     g = torch.Generator().manual_seed(3)
     x = torch.randn(64, 4096, generator=g) * 3
@@ -258,6 +268,9 @@ def case_elementwise():
     graph_case("softmax", Softmax({"x": x}, {"x"}), [x], {"x": x}, shape="(64, 4096) over the last dim, F32")
     graph_case("layer_norm", LayerNorm(norm, {"x"}), [x], norm, shape="(64, 4096), weight and bias, F32")
     graph_case("gelu", Gelu({"x": x}, {"x"}), [x], {"x": x}, shape="(64, 4096), exact (erf) GELU, F32")
+    graph_case("gelu_tanh", GeluTanh({"x": x}, {"x"}), [x], {"x": x}, shape="(64, 4096), tanh GELU, F32")
+    rms = {"x": x, "weight": norm["weight"]}
+    graph_case("rms_norm", RmsNorm(rms, {"x"}), [x], rms, shape="(64, 4096), weight, F32")
 
 
 def case_sgemm():

@@ -13,6 +13,12 @@
 #include "luminal/error.hpp"
 #include "luminal/kernel/kernel.hpp"
 
+// GCC 12 reports -Wrestrict false positives on "literal" + std::string once enough of this
+// file is inlined (GCC bug 105329); which line it names depends on inlining decisions.
+#if defined(__GNUC__) && !defined(__clang__) && __GNUC__ == 12
+#pragma GCC diagnostic ignored "-Wrestrict"
+#endif
+
 namespace luminal::kernel {
 namespace {
 
@@ -20,7 +26,10 @@ struct Dialect {
   std::string_view includes;   // before anything else
   std::string_view fn;         // qualifier of helper functions
   std::string_view f2u, u2f;   // float <-> uint32 bit casts (function names)
+  std::string_view d2u, u2d;   // double <-> uint64 bit casts
+  std::string_view fma;        // #define LM_FMA: a fused multiply-add where the hardware has one
   std::string_view inf_f, nan_f, inf_d, nan_d;
+  std::string_view report;     // lm_report: the first error claims the record (docs/KERNEL_IR.md)
   std::string_view warp_helpers;  // lane reductions (CUDA only)
   bool lanes = false;          // a warp shares one row: top-level reductions and cols stride by 32
   bool cuda = false;
@@ -30,7 +39,14 @@ constexpr Dialect kCpp{
     "#include <math.h>\n#include <stdint.h>\n",
     "static inline",
     "lm_f2u_", "lm_u2f_",
+    "lm_d2u_", "lm_u2d_",
+    "#ifdef __FMA__\n#define LM_FMA(a, b, c) __builtin_fma(a, b, c)\n#else\n#define LM_FMA(a, b, c) ((a) * (b) + (c))\n#endif\n",
     "__builtin_inff()", "__builtin_nanf(\"\")", "__builtin_inf()", "__builtin_nan(\"\")",
+    R"(LM_FN bool lm_claim(int* err, int code) {
+  int expected = 0;
+  return __atomic_compare_exchange_n(err, &expected, code, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED);
+}
+)",
     "",
     false,
     false,
@@ -40,8 +56,12 @@ constexpr Dialect kCuda{
     "",
     "static __device__ __forceinline__",
     "__float_as_uint", "__uint_as_float",
+    "(unsigned long long)__double_as_longlong", "lm_u2d_",
+    "#define LM_FMA(a, b, c) fma(a, b, c)\n",
     "__int_as_float(0x7f800000)", "__int_as_float(0x7fffffff)", "__longlong_as_double(0x7ff0000000000000LL)",
     "__longlong_as_double(0x7fffffffffffffffLL)",
+    R"(LM_FN bool lm_claim(int* err, int code) { return atomicCAS(err, 0, code) == 0; }
+)",
     R"(LM_FN double lm_lane_sum(double a) { for (int o = 16; o > 0; o >>= 1) a += __shfl_xor_sync(0xffffffffu, a, o); return a; }
 LM_FN long long lm_lane_sum(long long a) { for (int o = 16; o > 0; o >>= 1) a = (long long)((unsigned long long)a + (unsigned long long)__shfl_xor_sync(0xffffffffu, a, o)); return a; }
 LM_FN float lm_lane_max(float a) { for (int o = 16; o > 0; o >>= 1) a = lm_rmax(a, __shfl_xor_sync(0xffffffffu, a, o)); return a; }
@@ -53,7 +73,16 @@ LM_FN long long lm_lane_max(long long a) { for (int o = 16; o > 0; o >>= 1) a = 
 };
 
 // Helpers shared by both dialects (LM_FN, LM_F2U, LM_U2F, LM_INF* come from the dialect).
-constexpr std::string_view kHelpers = R"(/* 16-bit floats: storage bits <-> float, round to nearest even. */
+constexpr std::string_view kHelpers = R"(/* Errors: the first claims the record: code, bound site, flat index, flat position. */
+LM_FN void lm_report(int* err, int code, int site, long long index, long long position) {
+  if (!lm_claim(err, code)) return;
+  err[1] = site;
+  err[2] = (int)(unsigned)(unsigned long long)index;
+  err[3] = (int)(unsigned)((unsigned long long)index >> 32);
+  err[4] = (int)(unsigned)(unsigned long long)position;
+  err[5] = (int)(unsigned)((unsigned long long)position >> 32);
+}
+/* 16-bit floats: storage bits <-> float, round to nearest even. */
 LM_FN float lm_f16_to_f32(unsigned short h) {
   unsigned sign = (unsigned)(h & 0x8000u) << 16, exp = (h >> 10) & 0x1fu, mant = h & 0x3ffu;
   if (exp == 0) { float v = (float)mant * 5.9604644775390625e-8f; return sign ? -v : v; }
@@ -80,11 +109,70 @@ LM_FN float lm_round_bf16(float x) { return lm_bf16_to_f32(lm_f32_to_bf16(x)); }
 LM_FN float lm_mod(float a, float b) { float r = fmodf(a, b); if (r != 0 && ((r < 0) != (b < 0))) r += b; return r; }
 LM_FN double lm_mod(double a, double b) { double r = fmod(a, b); if (r != 0 && ((r < 0) != (b < 0))) r += b; return r; }
 LM_FN long long lm_imod(long long a, long long b, int* err, bool active) {
-  if (b == 0) { if (active) *err = 1; return 0; }
+  if (b == 0) { if (active) lm_report(err, 1, -1, 0, 0); return 0; }
   if (b == -1) return 0;
   long long r = a % b;
   if (r != 0 && ((r < 0) != (b < 0))) r += b;
   return r;
+}
+/* exp2 and log2 of a float, evaluated in double by branch-free code the compiler can
+   vectorise (libm's exp2f/log2f are calls, one element at a time). The double result is
+   within a few double ulps of the exact value, so rounding it to float gives what the
+   reference gives ((float)exp2((double)x)) except when the exact value lies within ~1e-15
+   relative of a float rounding boundary. Special values: NaN -> NaN; exp2: -inf -> +0,
+   +inf and overflow -> +inf, underflow -> 0 or a correctly rounded subnormal; log2: +-0 ->
+   -inf, x < 0 -> NaN, +inf -> +inf, subnormals exact (they are normal doubles). */
+LM_FN float lm_exp2f(float xf) {
+  double x = (double)xf;
+  x = x < -160.0 ? -160.0 : x;  /* float results past these bounds are 0 / inf; NaN passes */
+  x = x > 160.0 ? 160.0 : x;
+  const double shifter = 6755399441055744.0; /* 1.5 * 2^52: adding it rounds to an integer */
+  const double t = x + shifter;
+  const double n = t - shifter;
+  const double f = x - n; /* in [-0.5, 0.5] */
+  /* 2^f: a degree-10 polynomial interpolating at Chebyshev nodes (relative error < 4e-16). */
+  double p = 7.072585949269223e-09;
+  p = LM_FMA(p, f, 1.0208690299958306e-07);
+  p = LM_FMA(p, f, 1.321544258792169e-06);
+  p = LM_FMA(p, f, 1.5252657260200837e-05);
+  p = LM_FMA(p, f, 0.0001540353044173605);
+  p = LM_FMA(p, f, 0.0013333558230164974);
+  p = LM_FMA(p, f, 0.009618129107606888);
+  p = LM_FMA(p, f, 0.05550410866444772);
+  p = LM_FMA(p, f, 0.24022650695910097);
+  p = LM_FMA(p, f, 0.69314718055995);
+  p = LM_FMA(p, f, 1.0);
+  const long long ni = (long long)(LM_D2U(t) - LM_D2U(shifter));
+  const double scale = LM_U2D((unsigned long long)(ni + 1023) << 52);
+  return (float)(p * scale);
+}
+LM_FN float lm_log2f(float xf) {
+  const double x = (double)xf;
+  const unsigned long long u = LM_D2U(x);
+  long long e = (long long)((u >> 52) & 0x7ffu) - 1023;
+  double m = LM_U2D((u & 0x000fffffffffffffULL) | 0x3ff0000000000000ULL); /* [1, 2) */
+  const bool high = m > 1.4142135623730951;
+  m = high ? m * 0.5 : m;
+  e = high ? e + 1 : e;
+  /* log(m) = 2 atanh(s), s = (m - 1) / (m + 1), |s| < 0.172: the series to s^19. */
+  const double s = (m - 1.0) / (m + 1.0), s2 = s * s;
+  double p = 1.0 / 19.0;
+  p = LM_FMA(p, s2, 1.0 / 17.0);
+  p = LM_FMA(p, s2, 1.0 / 15.0);
+  p = LM_FMA(p, s2, 1.0 / 13.0);
+  p = LM_FMA(p, s2, 1.0 / 11.0);
+  p = LM_FMA(p, s2, 1.0 / 9.0);
+  p = LM_FMA(p, s2, 1.0 / 7.0);
+  p = LM_FMA(p, s2, 1.0 / 5.0);
+  p = LM_FMA(p, s2, 1.0 / 3.0);
+  const double k = s * 2.8853900817779268; /* 2/ln 2 */
+  const double lg = LM_FMA(k, s2 * p, k);
+  double r = (double)e + lg;
+  r = xf == 0.0f ? -LM_INF_D : r;
+  r = xf < 0.0f ? LM_NAN_D : r;
+  r = x == LM_INF_D ? LM_INF_D : r;
+  r = xf != xf ? x : r;
+  return (float)r;
 }
 LM_FN float lm_recip(float a) { return 1.0f / a; }
 /* sin of a float through double, then rounded: the correctly rounded result the reference
@@ -133,6 +221,11 @@ std::string_view accumulator_type(OpKind op, DType dt) {
   return op == OpKind::SumReduce ? "double" : value_type(dt);
 }
 bool is_half(DType dt) { return dt == DType::F16 || dt == DType::BF16; }
+bool contains_reduce(const std::vector<Stmt>& stmts) {
+  for (const auto& s : stmts)
+    if (s.kind == StmtKind::Reduce || contains_reduce(s.body)) return true;
+  return false;
+}
 
 // Float spellings of the primitive ops: a function name, or an infix operator.
 struct Spelling {
@@ -141,7 +234,7 @@ struct Spelling {
   bool infix;
 };
 constexpr Spelling kFloatOps[] = {
-    {OpKind::Exp2, "exp2f", "exp2", false}, {OpKind::Log2, "log2f", "log2", false},
+    {OpKind::Exp2, "lm_exp2f", "exp2", false}, {OpKind::Log2, "lm_log2f", "log2", false},
     {OpKind::Sin, "lm_sin", "lm_sin", false},    {OpKind::Sqrt, "sqrtf", "sqrt", false},
     {OpKind::Recip, "lm_recip", "lm_recip", false}, {OpKind::Mod, "lm_mod", "lm_mod", false},
     {OpKind::Add, "+", "+", true},          {OpKind::Mul, "*", "*", true},
@@ -162,11 +255,16 @@ class Emitter {
     os_ << "/* luminal kernel " << name_ << " */\n#ifndef LUMINAL_KERNEL_HELPERS\n#define LUMINAL_KERNEL_HELPERS\n"
         << d_.includes;
     os_ << "#define LM_FN " << d_.fn << "\n#define LM_F2U " << d_.f2u << "\n#define LM_U2F " << d_.u2f
-        << "\n#define LM_INF_D (" << d_.inf_d << ")\n";
+        << "\n#define LM_D2U " << d_.d2u << "\n#define LM_U2D " << d_.u2d << "\n#define LM_INF_D (" << d_.inf_d
+        << ")\n#define LM_NAN_D (" << d_.nan_d << ")\n" << d_.fma;
     if (!d_.cuda)
       os_ << "LM_FN unsigned lm_f2u_(float f) { return __builtin_bit_cast(unsigned, f); }\n"
-             "LM_FN float lm_u2f_(unsigned u) { return __builtin_bit_cast(float, u); }\n";
-    os_ << Expression::c_prelude() << kHelpers << d_.warp_helpers << "#endif\n";
+             "LM_FN float lm_u2f_(unsigned u) { return __builtin_bit_cast(float, u); }\n"
+             "LM_FN unsigned long long lm_d2u_(double f) { return __builtin_bit_cast(unsigned long long, f); }\n"
+             "LM_FN double lm_u2d_(unsigned long long u) { return __builtin_bit_cast(double, u); }\n";
+    else
+      os_ << "LM_FN double lm_u2d_(unsigned long long u) { return __longlong_as_double((long long)u); }\n";
+    os_ << Expression::c_prelude() << d_.report << kHelpers << d_.warp_helpers << "#endif\n";
     if (d_.cuda) cuda_entry();
     else cpp_entry();
     return os_.str();
@@ -210,6 +308,8 @@ class Emitter {
         close();
       }
     } else {
+      // Elementwise rows are independent (one element each): a SIMD loop.
+      if (k_.geometry == Geometry::Elementwise) line("#pragma omp simd");
       open("for (long long row = begin; row < end; ++row) {");
       phase_body(k_.phases[0]);
       close();
@@ -253,6 +353,11 @@ class Emitter {
   bool lanes() const { return d_.lanes && k_.geometry == Geometry::WarpPerRow; }
 
   void phase_body(const Phase& p) {
+    // Row scratch (Stash/Unstash): C++ keeps the row; on the GPU each lane keeps the
+    // columns it owns (the reduction and the columns stride over the lanes alike).
+    for (size_t k = 0; k < p.scratch.size(); ++k)
+      line(std::string(value_type(p.scratch[k])) + " lm_scratch" + std::to_string(k) + "[" +
+           (lanes() ? "(" + expr(p.cols) + " + 31) / 32" : expr(p.cols)) + "];");
     top_level_ = true;
     stmts(p.row_body);
     top_level_ = false;
@@ -262,6 +367,7 @@ class Emitter {
     } else if (lanes()) {
       open("for (long long col = lm_lane; col < " + expr(p.cols) + "; col += 32) {");
     } else {
+      line("#pragma omp simd");  // columns are independent: each stores its own element
       open("for (long long col = 0; col < " + expr(p.cols) + "; ++col) {");
     }
     stmts(p.col_body);
@@ -289,13 +395,23 @@ class Emitter {
       case StmtKind::Constant: line(decl + literal(s.constant, s.dtype) + ";"); return;
       case StmtKind::Index: line(decl + convert("(" + expr(s.index) + ")", DType::I64, s.dtype) + ";"); return;
       case StmtKind::Cast: line(decl + convert(val(s.args[0]), type_of(s.args[0]), s.dtype) + ";"); return;
-      case StmtKind::Select: line(decl + "(" + expr(s.index) + ") ? " + val(s.args[0]) + " : " + zero(s.dtype) + ";"); return;
-      case StmtKind::Alu: line(decl + alu(s) + ";"); return;
-      case StmtKind::Bound:
-        line("long long " + v + " = (long long)" + val(s.args[0]) + ";");
-        line("if (" + v + " < 0 || " + v + " >= " + expr(s.index) + ") { if (" + expr(s.guard) + ") *lm_err = " +
-             std::to_string(static_cast<int>(s.constant)) + "; " + v + " = 0; }");
+      case StmtKind::Select:
+        if (s.args.size() == 3) line(decl + val(s.args[0]) + " ? " + val(s.args[1]) + " : " + val(s.args[2]) + ";");
+        else line(decl + "(" + expr(s.index) + ") ? " + val(s.args[0]) + " : " + zero(s.dtype) + ";");
         return;
+      case StmtKind::Alu: line(decl + alu(s) + ";"); return;
+      case StmtKind::Bound: {
+        line("long long " + v + " = (long long)" + val(s.args[0]) + ";");
+        std::string bad = v + " < 0 || " + v + " >= " + expr(s.index);
+        if (!(s.axis_size == Expression(0))) {
+          const std::string args = "(" + v + " - (" + expr(s.axis_base) + "), " + expr(s.axis_stride) + ")";
+          bad += " || (lm_floormod" + args + " == 0 && (lm_floordiv" + args + " < 0 || lm_floordiv" + args +
+                 " >= " + expr(s.axis_size) + "))";
+        }
+        line("if (" + bad + ") { if (" + expr(s.guard) + ") lm_report(lm_err, " + std::to_string(static_cast<int>(s.constant)) +
+             ", " + std::to_string(s.site) + ", " + v + ", " + expr(s.position) + "); " + v + " = 0; }");
+        return;
+      }
       case StmtKind::Store: {
         std::string x = val(s.args[0]);
         std::string stored = s.dtype == DType::F16    ? "lm_f32_to_f16(" + x + ")"
@@ -305,6 +421,8 @@ class Emitter {
         return;
       }
       case StmtKind::Reduce: reduce(s); return;
+      case StmtKind::Stash: line(scratch_ref(s) + " = " + val(s.args[0]) + ";"); return;
+      case StmtKind::Unstash: line(decl + scratch_ref(s) + ";"); return;
     }
   }
 
@@ -318,18 +436,55 @@ class Emitter {
     const bool split = lanes() && top_level_;
     bool outer = top_level_;
     top_level_ = false;
-    if (split) open("for (long long " + r + " = lm_lane; " + r + " < " + expr(s.index) + "; " + r + " += 32) {");
-    else open("for (long long " + r + " = 0; " + r + " < " + expr(s.index) + "; ++" + r + ") {");
-    stmts(s.body);
+    const std::string header = split ? "for (long long " + r + " = lm_lane; " + r + " < " + expr(s.index) + "; " + r + " += 32) {"
+                                     : "for (long long " + r + " = 0; " + r + " < " + expr(s.index) + "; ++" + r + ") {";
     std::string x = "(" + at + ")" + val(s.args[0]);
-    if (sum) line(acc + " = " + (is_float(s.dtype) ? acc + " + " + x : "lm_wrap_add(" + acc + ", " + x + ")") + ";");
-    else line(acc + " = lm_rmax(" + acc + ", " + x + ");");
-    close();
+    // C++: an innermost reduction of a single-precision value runs as a SIMD loop (lanes
+    // of partial results). Sums accumulate in double, so reordering them changes the
+    // rounded result only in rare cancellations; F64 sums keep their order. A maximum is
+    // order-free except for the sign of a zero maximum (the first zero's, as in the
+    // reference): that case, and NaN, are settled after the loop.
+    const bool simd = !d_.cuda && is_float(s.dtype) && s.dtype != DType::F64 && !contains_reduce(s.body);
+    if (simd && sum) {
+      line("#pragma omp simd reduction(+:" + acc + ")");
+      open(header);
+      stmts(s.body);
+      line(acc + " = " + acc + " + " + x + ";");
+      close();
+    } else if (simd) {
+      const std::string nan = acc + "_nan", xv = acc + "_x";
+      line("int " + nan + " = 0;");
+      line("#pragma omp simd reduction(max:" + acc + ") reduction(|:" + nan + ")");
+      open(header);
+      stmts(s.body);
+      line("const " + at + " " + xv + " = " + x + ";");
+      line(nan + " |= " + xv + " != " + xv + ";");
+      line(acc + " = " + xv + " > " + acc + " ? " + xv + " : " + acc + ";");
+      close();
+      line("if (" + nan + ") " + acc + " = " + std::string(d_.nan_f) + ";");
+      open("else if (" + acc + " == 0) {");
+      line(acc + " = " + init + ";");
+      open(header);
+      stmts(s.body);
+      line(acc + " = lm_rmax(" + acc + ", " + x + ");");
+      close();
+      close();
+    } else {
+      open(header);
+      stmts(s.body);
+      if (sum) line(acc + " = " + (is_float(s.dtype) ? acc + " + " + x : "lm_wrap_add(" + acc + ", " + x + ")") + ";");
+      else line(acc + " = lm_rmax(" + acc + ", " + x + ");");
+      close();
+    }
     top_level_ = outer;
     if (split) line(acc + " = " + (sum ? "lm_lane_sum(" : "lm_lane_max(") + acc + ");");
     std::string result = "(" + std::string(value_type(s.dtype)) + ")" + acc;
     if (is_half(s.dtype)) result = round_half(s.dtype, "(float)" + acc);
     line("const " + std::string(value_type(s.dtype)) + " v" + std::to_string(s.value) + " = " + result + ";");
+  }
+
+  std::string scratch_ref(const Stmt& s) const {
+    return "lm_scratch" + std::to_string(s.buffer) + "[" + (lanes() ? "(" + expr(s.index) + ") >> 5" : expr(s.index)) + "]";
   }
 
   std::string alu(const Stmt& s) const {
@@ -396,7 +551,11 @@ class Emitter {
       return "";
     });
   }
-  static std::string val(int v) { return "v" + std::to_string(v); }
+  static std::string val(int v) {
+    std::string r = "v";  // (appended: GCC 12's -Wrestrict misfires on "literal" + std::string)
+    r += std::to_string(v);
+    return r;
+  }
   DType type_of(int v) const { return types_.at(static_cast<size_t>(v)); }
 
   void collect_types(const std::vector<Stmt>& list) {

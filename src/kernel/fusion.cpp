@@ -8,6 +8,7 @@
 #include <sstream>
 #include <unordered_map>
 
+#include "luminal/backend_op.hpp"
 #include "luminal/egraph/egraph.hpp"
 #include "luminal/error.hpp"
 #include "luminal/search/hlir_egraph.hpp"
@@ -43,7 +44,9 @@ std::shared_ptr<const Region> parse_cached(const std::string& text) {
 
 // Regions stay small enough that every variant the rules grow can be lowered and
 // compiled quickly: the e-graph holds every way to cut a chain, so their number grows
-// with the square of the chain's length, and both-fused binary merges multiply.
+// with the square of the chain's length, and both-fused binary merges multiply. Longer
+// chains are joined after extraction by fuse_program (48 reached the node limit sooner
+// and still left GELU cut).
 constexpr size_t kMaxRegionNodes = 24;
 
 // The region of an interned e-graph string, by its intern id: rules hand the same
@@ -58,14 +61,11 @@ std::shared_ptr<const Region> region_of(const Value& v) {
   return by_id[id];
 }
 
-// Is the region's result a product a SumReduce over `axis` turns into a matmul: its two
-// operands each broadcast along an axis the other is not (the [.., m, n, k] Mul), or a
-// matrix-vector product (m = 1, as in decode): one operand reused along a kept axis while
-// both vary along the reduced one (a scalar factor, broadcast everywhere, is not one).
-bool is_matmul_product(const Graph& g, int axis) {
-  const Node* root = nullptr;
-  for (const Node& n : g.nodes())
-    if (n.op == OpKind::Output) root = &g.node(n.inputs[0].node);
+// Is `root` a product a SumReduce over `axis` turns into a matmul: its two operands each
+// broadcast along an axis the other is not (the [.., m, n, k] Mul), or a matrix-vector
+// product (m = 1, as in decode): one operand reused along a kept axis while both vary
+// along the reduced one (a scalar factor, broadcast everywhere, is not one).
+bool is_matmul_mul(const Node* root, int axis) {
   if (!root || root->op != OpKind::Mul || root->inputs.size() != 2) return false;
   auto broadcast_axes = [](const ShapeTracker& v) {
     std::vector<size_t> axes;
@@ -83,6 +83,13 @@ bool is_matmul_product(const Graph& g, int axis) {
   if (a_only && b_only) return true;
   const size_t k = static_cast<size_t>(axis);
   return root->shape.size() >= 3 && !has(a, k) && !has(b, k) && (a_only || b_only);
+}
+// Is the region's result such a product?
+bool is_matmul_product(const Graph& g, int axis) {
+  const Node* root = nullptr;
+  for (const Node& n : g.nodes())
+    if (n.op == OpKind::Output) root = &g.node(n.inputs[0].node);
+  return is_matmul_mul(root, axis);
 }
 
 OpKind op_by_name(std::string_view name) {
@@ -199,6 +206,172 @@ std::shared_ptr<const Region> fused_region(const Node& fused) {
   LUMINAL_ASSERT(fused.op == OpKind::BackendOp && fused.backend && fused.backend->name == "Fused",
                  "fused_region: not a Fused node");
   return parse_cached(fused.backend->str(0));
+}
+
+namespace {
+
+// Program nodes a kernel region may hold.
+bool program_fusable(const Node& n) {
+  if (n.op == OpKind::BackendOp) return n.backend && n.backend->name == "Fused";
+  return fusable(n.op) || n.op == OpKind::Gather || n.op == OpKind::Constant || n.op == OpKind::Iota;
+}
+
+// The region computing `members` (program ids, ascending; the last is the root), whose
+// other results are read only inside it; nullopt when a member cannot be inlined.
+std::optional<Region> group_region(const Graph& program, const std::vector<NodeId>& members,
+                                   std::vector<NodeId>& externals) {
+  Region r;
+  Graph& g = r.graph;
+  std::unordered_map<NodeId, NodeId> inside;    // program member -> region node
+  std::unordered_map<NodeId, NodeId> external;  // program producer -> region Input
+  // Region Inputs must come first (in creation order they are the region's inputs), so
+  // collect every external producer before adding any computing node.
+  auto is_member = [&](NodeId id) { return std::binary_search(members.begin(), members.end(), id); };
+  auto external_input = [&](NodeId p) {
+    auto it = external.find(p);
+    if (it != external.end()) return it->second;
+    Node in;
+    in.op = OpKind::Input;
+    in.dtype = program.node(p).dtype;
+    in.shape = program.node(p).shape;
+    in.label = "in" + std::to_string(external.size());
+    NodeId id = g.add_node(std::move(in));
+    external[p] = id;
+    externals.push_back(p);
+    return id;
+  };
+  for (NodeId m : members) {
+    for (const auto& in : program.node(m).inputs)
+      if (!is_member(in.node)) external_input(in.node);
+  }
+  // The producer of program edge `in`, as a region node.
+  auto source = [&](NodeId p) { return is_member(p) ? inside.at(p) : external.at(p); };
+  for (NodeId m : members) {
+    const Node& n = program.node(m);
+    if (n.op != OpKind::BackendOp) {
+      Node copy = n;
+      copy.user_op.clear();
+      for (auto& in : copy.inputs) in.node = source(in.node);
+      inside[m] = g.add_node(std::move(copy));
+      continue;
+    }
+    // A Fused member: inline its region. Its inputs are read whole and contiguously.
+    std::shared_ptr<const Region> sub = fused_region(n);
+    const Graph& sg = sub->graph;
+    std::vector<NodeId> sub_inputs = sg.inputs();
+    if (sub_inputs.size() != n.inputs.size()) return std::nullopt;
+    std::unordered_map<NodeId, NodeId> map;
+    for (size_t k = 0; k < sub_inputs.size(); ++k) {
+      const NodeInput& in = n.inputs[k];
+      const Node& producer = program.node(in.node);
+      if (!in.view.is_contiguous() || !(in.view.shape() == producer.shape) || !(sg.node(sub_inputs[k]).shape == producer.shape))
+        return std::nullopt;
+      map[sub_inputs[k]] = source(in.node);
+    }
+    std::optional<NodeId> result;
+    for (NodeId i = 0; i < sg.size(); ++i) {
+      const Node& sn = sg.node(i);
+      if (sn.op == OpKind::Input) continue;
+      if (sn.op == OpKind::Output) {
+        const NodeInput& in = sn.inputs[0];
+        if (in.view.is_contiguous() && in.view.shape() == sg.node(in.node).shape) {
+          result = map.at(in.node);
+        } else {  // materialise the view, as fuse() does
+          Node cast;
+          cast.op = OpKind::Cast;
+          cast.dtype = sg.node(in.node).dtype;
+          cast.shape = in.view.shape();
+          cast.inputs = {{map.at(in.node), in.view}};
+          result = g.add_node(std::move(cast));
+        }
+        continue;
+      }
+      Node copy = sn;
+      for (auto& in : copy.inputs) in.node = map.at(in.node);
+      map[i] = g.add_node(std::move(copy));
+    }
+    if (!result) return std::nullopt;
+    inside[m] = *result;
+  }
+  Node out;
+  out.op = OpKind::Output;
+  const Node& root = g.node(inside.at(members.back()));
+  out.dtype = root.dtype;
+  out.shape = root.shape;
+  out.inputs = {{inside.at(members.back()), ShapeTracker::contiguous(root.shape)}};
+  g.add_node(std::move(out));
+  return r;
+}
+
+}  // namespace
+
+Graph fuse_program(const Graph& program, std::vector<NodeId>& old_to_new) {
+  const size_t n = program.size();
+  std::vector<std::vector<NodeId>> consumers(n);
+  for (NodeId i = 0; i < n; ++i)
+    for (const auto& in : program.node(i).inputs)
+      if (consumers[in.node].empty() || consumers[in.node].back() != i) consumers[in.node].push_back(i);
+  // Groups, from the results back: a fusable node joins the group of its consumers when
+  // they all belong to one group (its value is then used only inside that kernel).
+  std::vector<NodeId> group(n, kNoNode);
+  for (NodeId i = n; i-- > 0;) {
+    const Node& node = program.node(i);
+    if (!program_fusable(node)) continue;
+    group[i] = i;
+    if (consumers[i].empty()) continue;
+    NodeId g = group[consumers[i][0]];
+    bool same = g != kNoNode;
+    for (NodeId c : consumers[i]) same = same && group[c] == g;
+    // A matmul's product stays with the GEMM rules, not in a loop nest.
+    for (NodeId c : consumers[i])
+      same = same && !(program.node(c).op == OpKind::SumReduce && is_matmul_mul(&node, program.node(c).axis));
+    if (same) group[i] = g;
+  }
+  std::unordered_map<NodeId, std::vector<NodeId>> members;
+  for (NodeId i = 0; i < n; ++i)
+    if (group[i] != kNoNode) members[group[i]].push_back(i);
+  // Each group of two or more nodes becomes one Fused node when it lowers to one kernel.
+  std::unordered_map<NodeId, std::pair<Region, std::vector<NodeId>>> fused;  // root -> region, externals
+  for (auto& [root, list] : members) {
+    if (list.size() < 2) continue;
+    std::vector<NodeId> externals;
+    std::optional<Region> r = group_region(program, list, externals);
+    if (!r || !lower(*r)) {
+      for (NodeId m : list) group[m] = m;  // keep the program's own nodes
+      continue;
+    }
+    fused.emplace(root, std::make_pair(std::move(*r), std::move(externals)));
+  }
+  Graph out;
+  old_to_new.assign(n, kNoNode);
+  for (NodeId i = 0; i < n; ++i) {
+    const Node& node = program.node(i);
+    auto f = fused.find(i);
+    if (f == fused.end() && group[i] != kNoNode && group[i] != i && fused.count(group[i])) continue;  // absorbed
+    if (f == fused.end()) {
+      Node copy = node;
+      for (auto& in : copy.inputs) in.node = old_to_new.at(in.node);
+      if (copy.updates != kNoNode) copy.updates = old_to_new.at(copy.updates);
+      old_to_new[i] = out.add_node(std::move(copy));
+      continue;
+    }
+    Node k;
+    k.op = OpKind::BackendOp;
+    k.dtype = node.dtype;
+    k.shape = node.shape;
+    k.user_op = node.user_op;
+    // Index errors name the indexing op the user called, when the region holds one.
+    for (NodeId m = 0; m < i; ++m)
+      if (group[m] == i && program.node(m).op == OpKind::Gather && !program.node(m).user_op.empty())
+        k.user_op = program.node(m).user_op;
+    auto call = std::make_shared<BackendOpCall>();
+    call->name = "Fused";
+    call->attrs = {serialize(f->second.first)};
+    k.backend = std::move(call);
+    for (NodeId p : f->second.second) k.inputs.push_back({old_to_new.at(p), ShapeTracker::contiguous(program.node(p).shape)});
+    old_to_new[i] = out.add_node(std::move(k));
+  }
+  return out;
 }
 
 }  // namespace luminal::kernel

@@ -55,11 +55,14 @@ class Lowerer {
     st.index = idx;
     st.args = {v};
     blocks_.back().stmts.push_back(std::move(st));
+    unstash_columns(blocks_[1]);
     Phase p;
     p.rows = rows_;
     p.cols = cols_;
     p.col_body = std::move(blocks_[1].stmts);
     p.row_body = std::move(blocks_[0].stmts);
+    place_stashes(p.row_body);
+    p.scratch = scratch_;
     return p;
   }
 
@@ -82,7 +85,7 @@ class Lowerer {
         phases[0].rows = product(n.shape);
       } else {
         int target = input_value(scatter, 1, row, 1);
-        int bound = emit_bound(target, product(n.shape), 1, KernelError::ScatterOutOfRange);
+        int bound = emit_bound(target, n, n.shape, n.inputs[1].view.shape(), row, 1, KernelError::ScatterOutOfRange);
         st.index = Expression::var(value_var(bound));
         st.args = {input_value(scatter, 2, row, 1)};
         Shape src = n.inputs[1].view.shape();
@@ -94,6 +97,8 @@ class Lowerer {
     }
     return phases;
   }
+
+  const std::vector<BoundSite>& sites() const { return sites_; }
 
  private:
   using Key = std::tuple<NodeId, Expression, Expression>;
@@ -136,21 +141,296 @@ class Lowerer {
     return next_value_ - 1;
   }
 
-  int emit_bound(int value, const Expression& bound, const Expression& guard, KernelError code) {
+  // Check the flat index `value` of a Gather/Scatter `n` at flat `position` (of the
+  // `positions` shape): inside [0, numel of `sizes`) and, when the node carries the user's
+  // axis, its coordinate along that axis inside [0, size) -- the check of the reference
+  // runtime, so an index past its axis that lands in the next row is an error too.
+  int emit_bound(int value, const Node& n, const Shape& sizes, const Shape& positions, const Expression& position,
+                 const Expression& guard, KernelError code) {
     Stmt st;
     st.kind = StmtKind::Bound;
     st.dtype = DType::I64;
     st.args = {value};
-    st.index = bound;
+    st.index = product(sizes);
     st.guard = guard;
+    st.position = position;
     st.constant = static_cast<double>(code);
+    if (n.axis >= 0 && static_cast<size_t>(n.axis) < sizes.size() && positions.size() == sizes.size()) {
+      // A user's index i along the axis gives the flat index base + i * stride[axis], base
+      // from the position's other coordinates. (Not an Expression of the value: the
+      // simplifier assumes variables are >= 0, and a bad index may be negative.)
+      const auto axis = static_cast<size_t>(n.axis);
+      Expression base = 0, stride = 1, inner = 1;
+      for (size_t d = sizes.size(); d-- > 0;) {
+        Expression coord = d == 0 ? position / inner : (position / inner) % positions[d];
+        if (d == axis) st.axis_stride = stride;
+        else base = base + coord * stride;
+        stride = stride * sizes[d];
+        inner = inner * positions[d];
+      }
+      st.axis_base = base;
+      st.axis_size = sizes[axis];
+    }
+    st.site = static_cast<int>(sites_.size());
+    sites_.push_back(BoundSite{code, n.axis, sizes, positions});
     return emit(std::move(st), blocks_.size() - 1);
+  }
+
+  // ---- values a row reduction computed for every column, kept for the column loop ----
+  struct RowLoop {
+    int loop;                     // the reduction's loop variable r<loop>, over the columns
+    std::map<Key, int> computed;  // what its body computed
+  };
+  struct Stash {
+    int loop, value, slot;
+  };
+  // After lowering: an expensive value (Exp2, Log2, Sin) of the column loop that a row
+  // reduction over the columns computed at the same element (the column index read as
+  // the reduction's variable) is read back from a per-row scratch array instead (its
+  // now unused operands are left to the compiler's dead-code elimination).
+  void unstash_columns(Block& cols) {
+    for (const auto& [key, value] : cols.cache) {
+      const OpKind op = g_.node(std::get<0>(key)).op;
+      if (op != OpKind::Exp2 && op != OpKind::Log2 && op != OpKind::Sin) continue;
+      for (const RowLoop& rl : row_loops_) {
+        const Expression r = Expression::var(loop_var(rl.loop));
+        Key in_loop{std::get<0>(key), std::get<1>(key).substitute(kColVar, r), std::get<2>(key).substitute(kColVar, r)};
+        auto it = rl.computed.find(in_loop);
+        if (it == rl.computed.end()) continue;
+        auto def = std::find_if(cols.stmts.begin(), cols.stmts.end(), [v = value](const Stmt& st) { return st.value == v; });
+        if (def == cols.stmts.end()) break;
+        const int slot = static_cast<int>(scratch_.size());
+        scratch_.push_back(def->dtype);
+        stashes_.push_back({rl.loop, it->second, slot});
+        Stmt st;
+        st.kind = StmtKind::Unstash;
+        st.value = value;
+        st.dtype = def->dtype;
+        st.buffer = slot;
+        st.index = Expression::var(kColVar);
+        *def = std::move(st);
+        break;
+      }
+    }
+  }
+  // Add the Stash statements to the reductions' bodies (after lowering: only then is it
+  // known which values the columns read back).
+  void place_stashes(std::vector<Stmt>& row_body) {
+    for (Stmt& st : row_body) {
+      if (st.kind != StmtKind::Reduce) continue;
+      for (const Stash& s : stashes_) {
+        if (s.loop != st.loop) continue;
+        Stmt put;
+        put.kind = StmtKind::Stash;
+        put.dtype = scratch_[static_cast<size_t>(s.slot)];
+        put.buffer = s.slot;
+        put.index = Expression::var(loop_var(s.loop));
+        put.args = {s.value};
+        st.body.push_back(std::move(put));
+      }
+    }
+  }
+
+  // ---- Gathers that select between two places (where, and pads built from it) ----
+  // An index edge read at `pos` as `affine + sel * k`: `affine` and `k` index Expressions,
+  // `sel` a Bool (reached through an integer Cast) whose value picks one of two places.
+  struct SelectIndex {
+    Expression affine = 0, k = 0;
+    NodeId sel_cast = kNoNode;  // the Cast of the Bool
+    Expression sel_pos = 0;     // the Cast's element
+  };
+  std::optional<SelectIndex> select_index(const NodeInput& in, const Expression& pos, int depth = 0) const {
+    if (depth > 8 || !(fold_condition(in.view.valid_expression().substitute(Expression::kIndexName, pos)) == Expression(1)))
+      return std::nullopt;
+    const Expression p = in.view.index_expression().substitute(Expression::kIndexName, pos);
+    const Node& n = g_.node(in.node);
+    if (is_float(n.dtype) || n.dtype == DType::Bool) return std::nullopt;
+    switch (n.op) {
+      case OpKind::Iota: return SelectIndex{n.iota_expr.substitute(Expression::kIndexName, p), 0, kNoNode, 0};
+      case OpKind::Constant:
+        return SelectIndex{Expression(wrap_to_int_dtype(static_cast<int64_t>(n.constant), n.dtype)), 0, kNoNode, 0};
+      case OpKind::Cast: {
+        const DType from = g_.node(n.inputs[0].node).dtype;
+        if (is_float(from) || from == DType::Bool || dtype_bytes(from) > dtype_bytes(n.dtype)) return std::nullopt;
+        return select_index(n.inputs[0], p, depth + 1);
+      }
+      case OpKind::Add: {
+        auto a = select_index(n.inputs[0], p, depth + 1), b = select_index(n.inputs[1], p, depth + 1);
+        if (!a || !b || (a->sel_cast != kNoNode && b->sel_cast != kNoNode)) return std::nullopt;
+        SelectIndex r = a->sel_cast != kNoNode ? *a : *b;
+        r.affine = a->affine + b->affine;
+        return r;
+      }
+      case OpKind::Mul:
+        for (int side = 0; side < 2; ++side) {
+          const NodeInput& s_in = n.inputs[static_cast<size_t>(side)];
+          const Node& cast = g_.node(s_in.node);
+          if (cast.op != OpKind::Cast || g_.node(cast.inputs[0].node).dtype != DType::Bool) continue;
+          if (!(fold_condition(s_in.view.valid_expression().substitute(Expression::kIndexName, p)) == Expression(1))) continue;
+          auto k = select_index(n.inputs[static_cast<size_t>(1 - side)], p, depth + 1);
+          if (!k || k->sel_cast != kNoNode || !(k->affine.variables().empty())) continue;
+          return SelectIndex{0, k->affine, s_in.node, s_in.view.index_expression().substitute(Expression::kIndexName, p)};
+        }
+        return std::nullopt;
+      default: return std::nullopt;
+    }
+  }
+  bool interval_within(const Expression& e, const Expression& numel) const {
+    auto i = interval(e);
+    auto n = numel.as_constant();
+    return i && n && i->lo >= 0 && i->hi < *n;
+  }
+  // Gather(index = affine + sel * k): sel ? data[affine + k] : data[affine], both places
+  // proven inside the data, so neither read needs a check or a guard, and each reads
+  // the data's producers at an index of the loop variables (contiguous, vectorisable)
+  // instead of a gathered one.
+  std::optional<int> select_gather(NodeId id, const Expression& idx, const Expression& guard) {
+    const Node& n = g_.node(id);
+    auto si = select_index(n.inputs[0], idx);
+    if (!si || si->sel_cast == kNoNode) return std::nullopt;
+    const Expression numel = n.inputs[1].view.n_elements();
+    const Expression other = si->affine + si->k;
+    if (!interval_within(si->affine, numel) || !interval_within(other, numel)) return std::nullopt;
+    int sel = input_value(si->sel_cast, 0, si->sel_pos, guard);
+    int lo = input_value(id, 1, si->affine, guard);
+    int hi = input_value(id, 1, other, guard);
+    Stmt st;
+    st.kind = StmtKind::Select;
+    st.dtype = n.dtype;
+    st.args = {sel, hi, lo};
+    return emit(std::move(st), blocks_.size() - 1);
+  }
+
+  // ---- intervals of index expressions over the loop variables' ranges ----
+  struct Interval {
+    int64_t lo, hi;
+  };
+  static constexpr int64_t kHuge = int64_t{1} << 60;
+  // Saturating at +-kHuge (operands are within it, so neither overflows int64 first).
+  static int64_t sat_add(int64_t a, int64_t b) { return std::clamp(a + b, -kHuge, kHuge); }
+  static int64_t sat_mul(int64_t a, int64_t b) {
+    int64_t r;
+    if (__builtin_mul_overflow(a, b, &r)) return (a < 0) != (b < 0) ? -kHuge : kHuge;
+    return std::clamp(r, -kHuge, kHuge);
+  }
+  // The range of a loop variable (or value): [0, extent - 1] for loops with a static
+  // extent; other variables (dims, values) are >= 0, as the simplifier assumes.
+  Interval var_range(const std::string& name) const {
+    auto it = var_depth_.find(name);
+    if (it != var_depth_.end() && it->second < blocks_.size() && blocks_[it->second].var == name)
+      if (auto n = blocks_[it->second].extent.as_constant()) return {0, std::max<int64_t>(*n - 1, 0)};
+    return {0, kHuge};
+  }
+  std::optional<Interval> interval(const Expression& e) const {
+    const auto ch = e.children();
+    auto both = [&]() -> std::optional<std::pair<Interval, Interval>> {
+      auto a = interval(ch[0]), b = interval(ch[1]);
+      if (!a || !b) return std::nullopt;
+      return std::pair{*a, *b};
+    };
+    auto positive_constant = [&](const Expression& d) { return d.as_constant() && *d.as_constant() > 0; };
+    switch (e.kind()) {
+      case ExprKind::Num: return Interval{e.constant_value(), e.constant_value()};
+      case ExprKind::Var: return var_range(e.var_name());
+      case ExprKind::Add: {
+        Interval r{0, 0};
+        for (const auto& c : ch) {
+          auto i = interval(c);
+          if (!i) return std::nullopt;
+          r = {sat_add(r.lo, i->lo), sat_add(r.hi, i->hi)};
+        }
+        return r;
+      }
+      case ExprKind::Mul: {
+        Interval r{1, 1};
+        for (const auto& c : ch) {
+          auto i = interval(c);
+          if (!i) return std::nullopt;
+          const int64_t p[] = {sat_mul(r.lo, i->lo), sat_mul(r.lo, i->hi), sat_mul(r.hi, i->lo), sat_mul(r.hi, i->hi)};
+          r = {*std::min_element(p, p + 4), *std::max_element(p, p + 4)};
+        }
+        return r;
+      }
+      case ExprKind::Div:
+      case ExprKind::CeilDiv: {
+        auto a = interval(ch[0]);
+        if (!a || !positive_constant(ch[1])) return std::nullopt;
+        const int64_t d = *ch[1].as_constant();
+        auto div = [&](int64_t x) {
+          int64_t q = x / d, r = x % d;
+          if (e.kind() == ExprKind::Div) return (r != 0 && x < 0) ? q - 1 : q;
+          return (r != 0 && x > 0) ? q + 1 : q;
+        };
+        return Interval{div(a->lo), div(a->hi)};
+      }
+      case ExprKind::Mod: {
+        auto a = interval(ch[0]);
+        if (!a || !positive_constant(ch[1])) return std::nullopt;
+        const int64_t d = *ch[1].as_constant();
+        if (a->lo >= 0 && a->hi < d) return a;
+        return Interval{0, d - 1};
+      }
+      case ExprKind::Min:
+      case ExprKind::Max: {
+        auto ab = both();
+        if (!ab) return std::nullopt;
+        auto [a, b] = *ab;
+        if (e.kind() == ExprKind::Min) return Interval{std::min(a.lo, b.lo), std::min(a.hi, b.hi)};
+        return Interval{std::max(a.lo, b.lo), std::max(a.hi, b.hi)};
+      }
+      case ExprKind::Lt:
+      case ExprKind::Eq: {
+        auto ab = both();
+        if (!ab) return std::nullopt;
+        auto [a, b] = *ab;
+        if (e.kind() == ExprKind::Lt) {
+          if (a.hi < b.lo) return Interval{1, 1};
+          if (a.lo >= b.hi) return Interval{0, 0};
+        } else {
+          if (a.lo == a.hi && b.lo == b.hi && a.lo == b.lo) return Interval{1, 1};
+          if (a.hi < b.lo || b.hi < a.lo) return Interval{0, 0};
+        }
+        return Interval{0, 1};
+      }
+      case ExprKind::And:
+      case ExprKind::Or: {
+        bool all_true = true, any_true = false, all_false = true, any_false = false;
+        for (const auto& c : ch) {
+          auto i = interval(c);
+          if (!i) return std::nullopt;
+          const bool surely_true = i->lo > 0 || i->hi < 0, surely_false = i->lo == 0 && i->hi == 0;
+          all_true = all_true && surely_true;
+          any_true = any_true || surely_true;
+          all_false = all_false && surely_false;
+          any_false = any_false || surely_false;
+        }
+        if (e.kind() == ExprKind::And) return any_false ? Interval{0, 0} : all_true ? Interval{1, 1} : Interval{0, 1};
+        return any_true ? Interval{1, 1} : all_false ? Interval{0, 0} : Interval{0, 1};
+      }
+      case ExprKind::Not: {
+        auto i = interval(ch[0]);
+        if (!i) return std::nullopt;
+        if (i->lo == 0 && i->hi == 0) return Interval{1, 1};
+        if (i->lo > 0 || i->hi < 0) return Interval{0, 0};
+        return Interval{0, 1};
+      }
+    }
+    return std::nullopt;
+  }
+  // A condition that is constant over the loop variables' ranges, folded (padding that
+  // no element of this loop nest reaches, or that every element is inside).
+  Expression fold_condition(const Expression& cond) const {
+    if (cond.is_constant()) return cond;
+    auto i = interval(cond);
+    if (i && i->lo == 0 && i->hi == 0) return 0;
+    if (i && (i->lo > 0 || i->hi < 0)) return 1;
+    return cond;
   }
 
   // The value of node `n`'s input `k` at element `idx` of n's view of it.
   int input_value(NodeId n, size_t k, const Expression& idx, const Expression& guard) {
     const NodeInput& in = g_.node(n).inputs[k];
-    Expression valid = in.view.valid_expression().substitute(Expression::kIndexName, idx);
+    Expression valid = fold_condition(in.view.valid_expression().substitute(Expression::kIndexName, idx));
     Expression pidx = in.view.index_expression().substitute(Expression::kIndexName, idx);
     if (valid == Expression(0)) {
       Stmt zero;
@@ -192,8 +472,23 @@ class Lowerer {
         st.index = n.iota_expr.substitute(Expression::kIndexName, idx);
         break;
       case OpKind::Gather: {
+        if (auto v = select_gather(id, idx, guard)) {
+          blocks_.back().cache[key] = *v;
+          return *v;
+        }
         int target = input_value(id, 0, idx, guard);
-        int bound = emit_bound(target, n.inputs[1].view.n_elements(), guard, KernelError::GatherOutOfRange);
+        int bound;
+        if (n.axis < 0 && index_in_range(n.inputs[0], n.inputs[1].view.n_elements())) {
+          // A flat index the region computes (where's select, pads) that provably stays in
+          // range: no check, so the loop stays vectorisable.
+          Stmt wide;
+          wide.kind = StmtKind::Cast;
+          wide.dtype = DType::I64;
+          wide.args = {target};
+          bound = emit(std::move(wide), blocks_.size() - 1);
+        } else {
+          bound = emit_bound(target, n, n.inputs[1].view.shape(), n.shape, idx, guard, KernelError::GatherOutOfRange);
+        }
         int v = input_value(id, 1, Expression::var(value_var(bound)), guard);
         blocks_.back().cache[key] = v;
         return v;
@@ -209,6 +504,66 @@ class Lowerer {
     int v = emit(std::move(st), blocks_.size() - 1);
     blocks_.back().cache[key] = v;
     return v;
+  }
+
+  // ---- integer value ranges, to drop index checks that cannot fail ----
+  using Range = std::pair<Expression, Expression>;  // inclusive [lo, hi]
+  static bool provably_nonnegative(const Expression& e) {
+    auto lb = e.lower_bound();
+    return lb && *lb >= 0;
+  }
+  // The values an integer edge can carry (padding reads 0), when they can be bounded.
+  std::optional<Range> edge_range(const NodeInput& in) {
+    auto r = node_range(in.node);
+    if (!r) return std::nullopt;
+    if (!(in.view.valid_expression() == Expression(1))) {
+      if (!provably_nonnegative(r->first)) return std::nullopt;
+      r->first = 0;
+    }
+    return r;
+  }
+  std::optional<Range> node_range(NodeId id) {
+    const Node& n = g_.node(id);
+    std::optional<Range> r;
+    if (n.dtype == DType::Bool) return Range{0, 1};
+    if (is_float(n.dtype)) return std::nullopt;
+    switch (n.op) {
+      case OpKind::Constant: {
+        Expression c(wrap_to_int_dtype(static_cast<int64_t>(n.constant), n.dtype));
+        r = Range{c, c};
+        break;
+      }
+      case OpKind::Iota:
+        if (!n.iota_expr.depends_on(Expression::kIndexName)) r = Range{n.iota_expr, n.iota_expr};
+        else if (n.iota_expr == Expression::index()) r = Range{0, product(n.shape) - 1};
+        break;
+      case OpKind::Cast:
+        if (!is_float(g_.node(n.inputs[0].node).dtype)) r = edge_range(n.inputs[0]);
+        break;
+      case OpKind::Add:
+      case OpKind::Mul: {
+        auto a = edge_range(n.inputs[0]), b = edge_range(n.inputs[1]);
+        if (!a || !b) break;
+        if (n.op == OpKind::Add) r = Range{a->first + b->first, a->second + b->second};
+        else if (provably_nonnegative(a->first) && provably_nonnegative(b->first))
+          r = Range{a->first * b->first, a->second * b->second};
+        break;
+      }
+      default: break;
+    }
+    // Arithmetic in a narrow dtype wraps: only a range that fits it is a range. (Int64
+    // index arithmetic on tensor sizes does not wrap.)
+    const int bits = static_cast<int>(dtype_bytes(n.dtype)) * 8;
+    if (r && bits < 64) {
+      auto lb = r->first.lower_bound(), ub = r->second.upper_bound();
+      const int64_t limit = (int64_t{1} << (bits - 1)) - 1;
+      if (!lb || !ub || *lb < -limit || *ub > limit) return std::nullopt;
+    }
+    return r;
+  }
+  bool index_in_range(const NodeInput& index, const Expression& numel) {
+    auto r = edge_range(index);
+    return r && provably_nonnegative(r->first) && provably_nonnegative(numel - 1 - r->second);
   }
 
   // Numeric checks on sample dim values (the simplifier cannot use loop bounds, so
@@ -301,6 +656,8 @@ class Lowerer {
     st.loop = loop;
     st.args = {body_value};
     st.body = std::move(blocks_.back().stmts);
+    if (depth == 0 && extent == cols_ && cols_.is_constant())
+      row_loops_.push_back(RowLoop{loop, std::move(blocks_.back().cache)});
     blocks_.pop_back();
     int v = emit(std::move(st), depth);
     blocks_[depth].cache[key] = v;
@@ -310,6 +667,10 @@ class Lowerer {
 
   const Graph& g_;
   Expression rows_, cols_;
+  std::vector<BoundSite> sites_;
+  std::vector<RowLoop> row_loops_;
+  std::vector<Stash> stashes_;
+  std::vector<DType> scratch_;
   std::vector<DimMap> samples_;
   std::map<NodeId, int> slot_;
   int output_slot_ = 0;
@@ -380,6 +741,7 @@ std::optional<Kernel> lower(const Region& region) {
     try {
       Lowerer l(g, 1, 1, samples);
       k.phases = l.lower_scatter(o.inputs[0].node);
+      k.bound_sites = l.sites();
     } catch (const Refuse&) {
       return std::nullopt;
     }
@@ -398,6 +760,7 @@ std::optional<Kernel> lower(const Region& region) {
     try {
       Lowerer l(g, rows, cols, samples);
       k.phases = {l.lower_output(out)};
+      k.bound_sites = l.sites();
     } catch (const Refuse&) {
       continue;
     }
@@ -431,6 +794,8 @@ std::string_view kind_name(StmtKind k) {
     case StmtKind::Bound: return "bound";
     case StmtKind::Reduce: return "reduce";
     case StmtKind::Store: return "store";
+    case StmtKind::Stash: return "stash";
+    case StmtKind::Unstash: return "unstash";
   }
   return "?";
 }
@@ -438,6 +803,10 @@ std::string_view kind_name(StmtKind k) {
 void print(std::ostringstream& os, const std::vector<Stmt>& stmts, int indent) {
   for (const auto& s : stmts) {
     os << std::string(static_cast<size_t>(indent), ' ');
+    if (s.kind == StmtKind::Stash) {
+      os << "stash scratch" << s.buffer << "[" << s.index.to_string() << "] = v" << s.args[0] << "\n";
+      continue;
+    }
     if (s.kind == StmtKind::Store) {
       os << "store buf" << s.buffer << "[" << s.index.to_string() << "] = v" << s.args[0] << "  ; " << dtype_name(s.dtype)
          << "\n";
@@ -446,10 +815,20 @@ void print(std::ostringstream& os, const std::vector<Stmt>& stmts, int indent) {
     os << "v" << s.value << ": " << dtype_name(s.dtype) << " = " << kind_name(s.kind);
     switch (s.kind) {
       case StmtKind::Load: os << " buf" << s.buffer << "[" << s.index.to_string() << "]"; break;
+      case StmtKind::Unstash: os << " scratch" << s.buffer << "[" << s.index.to_string() << "]"; break;
       case StmtKind::Constant: os << " " << s.constant; break;
       case StmtKind::Index: os << " " << s.index.to_string(); break;
-      case StmtKind::Select: os << " " << s.index.to_string() << " ? v" << s.args[0] << " : 0"; break;
-      case StmtKind::Bound: os << " v" << s.args[0] << " in [0, " << s.index.to_string() << ") else error " << s.constant; break;
+      case StmtKind::Select:
+        if (s.args.size() == 3) os << " v" << s.args[0] << " ? v" << s.args[1] << " : v" << s.args[2];
+        else os << " " << s.index.to_string() << " ? v" << s.args[0] << " : 0";
+        break;
+      case StmtKind::Bound:
+        os << " v" << s.args[0] << " in [0, " << s.index.to_string() << ")";
+        if (!(s.axis_size == Expression(0)))
+          os << " and on axis (v - " << s.axis_base.to_string() << ") / " << s.axis_stride.to_string() << " in [0, "
+             << s.axis_size.to_string() << ")";
+        os << " else error " << s.constant << " at " << s.position.to_string();
+        break;
       case StmtKind::Reduce: os << " " << op_name(s.op) << " r" << s.loop << " < " << s.index.to_string() << " of v" << s.args[0]; break;
       default:
         if (s.kind == StmtKind::Alu) os << " " << op_name(s.op);
@@ -490,6 +869,67 @@ std::string to_string(const Kernel& k) {
     print(os, ph.col_body, 4);
   }
   return os.str();
+}
+
+}  // namespace luminal::kernel
+
+namespace luminal::kernel {
+
+std::string describe_error(const Kernel& kernel, std::span<const int32_t> record, const DimMap& dims,
+                           std::string_view user_op) {
+  LUMINAL_ASSERT(record.size() >= static_cast<size_t>(kErrorWords), "error record too short");
+  auto word64 = [&](size_t at) {
+    return static_cast<int64_t>(static_cast<uint64_t>(static_cast<uint32_t>(record[at])) |
+                                (static_cast<uint64_t>(static_cast<uint32_t>(record[at + 1])) << 32));
+  };
+  const auto code = static_cast<KernelError>(record[0]);
+  if (code == KernelError::IntegerModByZero)
+    return std::string(user_op.empty() ? "Mod" : user_op) + ": integer division by zero";
+  const int site = record[1];
+  if ((code != KernelError::GatherOutOfRange && code != KernelError::ScatterOutOfRange) || site < 0 ||
+      static_cast<size_t>(site) >= kernel.bound_sites.size())
+    return "kernel error code " + std::to_string(record[0]);
+  const BoundSite& b = kernel.bound_sites[static_cast<size_t>(site)];
+  // The user's op when it is an indexing op; otherwise the primitive's own name.
+  std::string who(user_op);
+  if (who != "gather" && who != "scatter" && who != "index_select" && who != "embedding")
+    who = code == KernelError::GatherOutOfRange ? "gather" : "scatter";
+  const int64_t target = word64(2), position = word64(4);
+  std::vector<int64_t> sizes, positions;
+  for (const auto& e : b.sizes) sizes.push_back(e.eval(dims));
+  for (const auto& e : b.positions) positions.push_back(e.eval(dims));
+  int64_t numel = 1;
+  for (int64_t s : sizes) numel *= s;
+  if (b.axis >= 0 && static_cast<size_t>(b.axis) < sizes.size() && positions.size() == sizes.size()) {
+    const auto axis = static_cast<size_t>(b.axis);
+    std::vector<int64_t> pos(positions.size());
+    int64_t rest = position;
+    for (size_t d = positions.size(); d-- > 0;) {
+      pos[d] = positions[d] > 0 ? rest % positions[d] : 0;
+      rest = positions[d] > 0 ? rest / positions[d] : 0;
+    }
+    int64_t stride = 1, base = 0, axis_stride = 1;
+    for (size_t d = sizes.size(); d-- > 0;) {
+      if (d == axis) axis_stride = stride;
+      else base += pos[d] * stride;
+      stride *= sizes[d];
+    }
+    const int64_t i = (target - base) / axis_stride;
+    if ((target - base) % axis_stride == 0 && (i < 0 || i >= sizes[axis])) {
+      // index_select and embedding take a 1-D index: its position is the coordinate along the axis.
+      std::string at;
+      if (who == "index_select" || who == "embedding") {
+        at = std::to_string(pos[axis]);
+      } else {
+        at = "[";
+        for (size_t d = 0; d < pos.size(); ++d) at += (d ? ", " : "") + std::to_string(pos[d]);
+        at += "]";
+      }
+      return who + ": index " + std::to_string(i) + " is out of range for dimension " + std::to_string(b.axis) +
+             " of size " + std::to_string(sizes[axis]) + " (at position " + at + " of the index)";
+    }
+  }
+  return who + ": internal index " + std::to_string(target) + " out of range [0, " + std::to_string(numel) + ")";
 }
 
 }  // namespace luminal::kernel

@@ -14,7 +14,7 @@ struct CudaCase {
   std::function<HostTensor(size_t, DType, size_t, std::mt19937&)> data;
 };
 
-// Launch `kernel` with `buffers` (inputs, output, int32 error flag; host memory, filled in
+// Launch `kernel` with `buffers` (inputs, output, error record of kErrorWords int32; host memory, filled in
 // place) and `dims`.
 using CudaLauncher = std::function<void(const Kernel& kernel, const std::string& source,
                                         std::vector<std::pair<void*, size_t>>& buffers, std::vector<long long>& dims)>;
@@ -119,15 +119,15 @@ inline void run_cuda_cases(const CudaLauncher& launch) {
       HostTensor want = ref.get_tensor(g.outputs()[0]);
 
       HostTensor got = HostTensor::zeros(k->output, static_cast<size_t>(k->output_numel.eval(dims)));
-      int32_t error = 0;
+      int32_t error[kErrorWords] = {};
       std::vector<std::pair<void*, size_t>> buffers;
       for (auto& t : data) buffers.emplace_back(t.bytes.data(), t.bytes.size());
       buffers.emplace_back(got.bytes.data(), got.bytes.size());
-      buffers.emplace_back(&error, sizeof error);
+      buffers.emplace_back(error, sizeof error);
       std::vector<long long> dim_values;
       for (const auto& d : k->dim_names) dim_values.push_back(dims.at(d));
       launch(*k, source, buffers, dim_values);
-      EXPECT_EQ(error, 0);
+      EXPECT_EQ(error[0], 0);
       EXPECT_EQ(compare(got, want), "") << "seq=" << dims.at("seq") << "\n" << to_string(*k);
     }
   }

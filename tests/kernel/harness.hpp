@@ -228,16 +228,16 @@ class Batch {
       std::vector<int64_t> dim_values;
       for (const auto& d : k.dim_names) dim_values.push_back(dims.at(d));
       HostTensor got = HostTensor::zeros(k.output, static_cast<size_t>(k.output_numel.eval(dims)));
-      int32_t error = 0;
+      int32_t error[kErrorWords] = {};
       std::vector<void*> buffers;
       for (auto& t : data) buffers.push_back(t.bytes.data());
       buffers.push_back(got.bytes.data());
-      buffers.push_back(&error);
+      buffers.push_back(error);
       int64_t extent = extent_fn(dim_values.data());
       ASSERT_EQ(extent, k.extent.eval(dims));
       fn(buffers.data(), dim_values.data(), 0, extent / 2);
       fn(buffers.data(), dim_values.data(), extent / 2, extent);
-      EXPECT_EQ(error, 0);
+      EXPECT_EQ(error[0], 0);
       std::string diff = compare(got, want);
       EXPECT_EQ(diff, "") << "dims:" << [&] {
         std::string s;

@@ -168,13 +168,13 @@ TEST(KernelOps, RuntimeErrorsSetTheErrorSlot) {
     EXPECT_TRUE(k);
     auto lib = test_compiler().compile(emit_cpp(*k, "err_kernel"));
     HostTensor got = HostTensor::zeros(out, n);
-    int32_t error = 0;
+    int32_t error[kErrorWords] = {};
     std::vector<void*> buffers;
     for (auto& t : inputs) buffers.push_back(t.bytes.data());
     buffers.push_back(got.bytes.data());
-    buffers.push_back(&error);
+    buffers.push_back(error);
     lib->function<KernelFn>("err_kernel")(buffers.data(), nullptr, 0, k->extent.eval({}));
-    return error;
+    return error[0];
   };
   {
     Region r = op_region(OpKind::Mod, DType::I32, DType::I32, ViewKind::Contiguous, ViewKind::Contiguous, 7);
@@ -198,6 +198,65 @@ TEST(KernelOps, RuntimeErrorsSetTheErrorSlot) {
     EXPECT_EQ(run(r, {HostTensor::from(std::span<const int32_t>(negative), DType::I32), values}, DType::F32, 4),
               static_cast<int32_t>(KernelError::GatherOutOfRange));
   }
+}
+
+// A Gather/Scatter carrying the user's axis checks each index along that axis (an index
+// past its axis that lands in the next row is an error), and the error record names the
+// index and its position as the reference runtime does.
+TEST(KernelOps, IndexesAreCheckedAlongTheirAxis) {
+  struct Result {
+    int32_t code;
+    std::string message;
+  };
+  auto run = [](const Region& r, std::vector<HostTensor> inputs, DType out, size_t n, std::string_view user_op) {
+    auto k = lower(r);
+    EXPECT_TRUE(k);
+    auto lib = test_compiler().compile(emit_cpp(*k, "axis_err_kernel"));
+    HostTensor got = HostTensor::zeros(out, n);
+    int32_t error[kErrorWords] = {};
+    std::vector<void*> buffers;
+    for (auto& t : inputs) buffers.push_back(t.bytes.data());
+    buffers.push_back(got.bytes.data());
+    buffers.push_back(error);
+    const int64_t extent = k->extent.eval({});
+    lib->function<KernelFn>("axis_err_kernel")(buffers.data(), nullptr, 0, extent / 2);
+    lib->function<KernelFn>("axis_err_kernel")(buffers.data(), nullptr, extent / 2, extent);
+    return Result{error[0], error[0] ? describe_error(*k, error, {}, user_op) : ""};
+  };
+  auto ints = [](std::vector<int32_t> v) { return HostTensor::from(std::span<const int32_t>(v), DType::I32); };
+  std::vector<float> table(6);
+  for (size_t i = 0; i < table.size(); ++i) table[i] = static_cast<float>(i) * 1.5f - 4.f;
+  HostTensor data = HostTensor::from(std::span<const float>(table), DType::F32);
+  // gather(1, index) on data (3, 2) with index (3, 1): the flat index is row * 2 + index.
+  Graph g;
+  NodeInput idx{add_input(g, DType::I32, {3, 1}), ShapeTracker::contiguous({3, 1})};
+  NodeInput dat{add_input(g, DType::F32, {3, 2}), ShapeTracker::contiguous({3, 2})};
+  Region r = region_of(g, add_op(g, OpKind::Gather, DType::F32, {3, 1}, {idx, dat}, 1));
+  // Flat indexes for user indexes {1, 2, 0}: 1, 4, 4. Flat 4 is inside the tensor (row 2),
+  // but user index 2 at position [1, 0] is past dimension 1 of size 2.
+  Result bad = run(r, {ints({1, 4, 4}), data}, DType::F32, 3, "gather");
+  EXPECT_EQ(bad.code, static_cast<int32_t>(KernelError::GatherOutOfRange));
+  EXPECT_EQ(bad.message, "gather: index 2 is out of range for dimension 1 of size 2 (at position [1, 0] of the index)");
+  EXPECT_EQ(run(r, {ints({1, 2, 4}), data}, DType::F32, 3, "gather").code, 0);
+  Result negative = run(r, {ints({1, 2, 3}), data}, DType::F32, 3, "");
+  EXPECT_EQ(negative.message, "gather: index -1 is out of range for dimension 1 of size 2 (at position [2, 0] of the index)");
+  // Without an axis only the flat range is checked.
+  Graph flat;
+  NodeInput fidx{add_input(flat, DType::I32, {3}), ShapeTracker::contiguous({3})};
+  NodeInput fdat{add_input(flat, DType::F32, {6}), ShapeTracker::contiguous({6})};
+  Region rf = region_of(flat, add_op(flat, OpKind::Gather, DType::F32, {3}, {fidx, fdat}));
+  EXPECT_EQ(run(rf, {ints({1, 5, 4}), data}, DType::F32, 3, "").code, 0);
+  EXPECT_EQ(run(rf, {ints({1, 6, 4}), data}, DType::F32, 3, "").message, "gather: internal index 6 out of range [0, 6)");
+  // scatter(1, index, src) into dest (3, 2) with index (2, 2): flat = row * 2 + index.
+  Graph gs;
+  NodeInput dest{add_input(gs, DType::F32, {3, 2}), ShapeTracker::contiguous({3, 2})};
+  NodeInput sidx{add_input(gs, DType::I32, {2, 2}), ShapeTracker::contiguous({2, 2})};
+  NodeInput src{add_input(gs, DType::F32, {2, 2}), ShapeTracker::contiguous({2, 2})};
+  Region rs = region_of(gs, add_op(gs, OpKind::Scatter, DType::F32, {3, 2}, {dest, sidx, src}, 1));
+  HostTensor s4 = HostTensor::from(std::span<const float>(std::vector<float>{-1, -2, -3, -4}), DType::F32);
+  Result sbad = run(rs, {data, ints({1, 0, 4, 3}), s4}, DType::F32, 6, "scatter");  // user index 2 at [1, 0]
+  EXPECT_EQ(sbad.message, "scatter: index 2 is out of range for dimension 1 of size 2 (at position [1, 0] of the index)");
+  EXPECT_EQ(run(rs, {data, ints({1, 0, 2, 3}), s4}, DType::F32, 6, "scatter").code, 0);
 }
 
 }  // namespace

@@ -45,15 +45,15 @@ class KernelTestRuntime : public ReferenceRuntime {
     int64_t numel = 1;
     for (auto s : shape) numel *= s;
     HostTensor out = HostTensor::zeros(n.dtype, static_cast<size_t>(numel));
-    int32_t error = 0;
+    int32_t error[kernel::kErrorWords] = {};
     std::vector<void*> buffers;
     for (const auto& t : in) buffers.push_back(const_cast<std::byte*>(t.bytes.data()));
     buffers.push_back(out.bytes.data());
-    buffers.push_back(&error);
+    buffers.push_back(error);
     std::vector<int64_t> dim_values;
     for (const auto& d : c->kernel.dim_names) dim_values.push_back(dims.at(d));
     c->entry(buffers.data(), dim_values.data(), 0, c->kernel.extent.eval(dims));
-    LUMINAL_CHECK(error == 0, "Fused kernel reported error ", error);
+    LUMINAL_CHECK(error[0] == 0, kernel::describe_error(c->kernel, error, dims, n.user_op));
     return out;
   }
 

@@ -235,9 +235,12 @@ void CpuRuntime::register_primitives(egraph::EGraph& eg) const {
 
 void CpuRuntime::prepare(std::span<const Graph* const> programs) {
   std::vector<std::string> regions;
-  for (const Graph* g : programs)
-    for (const Node& n : g->nodes())
-      if (auto r = region_text(*g, n)) regions.push_back(std::move(*r));
+  for (const Graph* p : programs) {
+    std::vector<NodeId> renumbered;
+    const Graph g = kernel::fuse_program(*p, renumbered);  // as load_program will run it
+    for (const Node& n : g.nodes())
+      if (auto r = region_text(g, n)) regions.push_back(std::move(*r));
+  }
   state_->shared->compile(regions);
 }
 
@@ -246,10 +249,14 @@ void CpuRuntime::load_program(size_t slot, const Graph& program, std::vector<Nod
   auto& s = *state_;
   if (s.slots.size() <= slot) s.slots.resize(slot + 1);
   ProgramPlan p;
-  p.graph = program;
-  p.external_ids = std::move(external_ids);
+  // Kernels the extracted program left apart are joined where one kernel can compute them.
+  std::vector<NodeId> renumbered;
+  p.graph = kernel::fuse_program(program, renumbered);
+  p.external_ids.assign(p.graph.size(), kNoNode);
+  for (NodeId i = 0; i < program.size(); ++i)
+    if (renumbered[i] != kNoNode) p.external_ids[renumbered[i]] = external_ids[i];
   std::vector<std::string> regions;
-  for (NodeId i = 0; i < program.size(); ++i) {
+  for (NodeId i = 0; i < p.graph.size(); ++i) {
     const Node& n = p.graph.node(i);
     for (const auto& in : n.inputs) LUMINAL_ASSERT(in.node < i, "program is not in topological order at node ", i);
     for (const auto& d : n.shape)
@@ -378,8 +385,8 @@ void CpuRuntime::run(size_t slot, const DimMap& dims) {
     const kernel::Kernel& k = ck.kernel;
     std::vector<void*> buffers(inputs.begin(), inputs.end());
     buffers.push_back(out);
-    int32_t error = 0;
-    buffers.push_back(&error);
+    int32_t error[kernel::kErrorWords] = {};
+    buffers.push_back(error);
     dim_values.clear();
     for (const auto& d : k.dim_names) dim_values.push_back(dims.at(d));
     int64_t extent = k.extent.eval(dims);
@@ -391,12 +398,9 @@ void CpuRuntime::run(size_t slot, const DimMap& dims) {
       entry(buffers.data(), dim_values.data(), 0, extent);
     else
       pool.parallel_for(0, extent, grain, [&](int64_t b, int64_t e) { entry(buffers.data(), dim_values.data(), b, e); });
-    if (error != 0) {
-      const char* what = error == 1 ? "integer modulo by zero" : error == 2 ? "gather index out of range"
-                                                                            : "scatter index out of range";
-      fail(n.user_op.empty() ? std::string(op_name(n.op)) : n.user_op, ": ", what);
-    }
+    if (error[0] != 0) fail(kernel::describe_error(k, error, dims, n.user_op));
   };
+  std::unordered_map<NodeId, HostTensor> read_out;  // outputs already copied to the user
   for (const Step& step : p.steps) {
     check_deadline();
     const Node& n = g.node(step.node);
@@ -422,6 +426,16 @@ void CpuRuntime::run(size_t slot, const DimMap& dims) {
     } timer{s, step, n, step_start};
     switch (step.kind) {
       case StepKind::Kernel:
+        if (n.op == OpKind::Output && n.inputs[0].view.is_contiguous() &&
+            n.inputs[0].view.shape() == g.node(n.inputs[0].node).shape && g.node(n.inputs[0].node).dtype == n.dtype) {
+          // An output that reads its producer whole: copied once, straight to the user's
+          // tensor, instead of through the arena.
+          HostTensor& t = read_out[step.node];
+          t.dtype = n.dtype;
+          const std::byte* src = ptr[n.inputs[0].node];
+          t.bytes.assign(src, src + static_cast<size_t>(product(n.shape).eval(dims)) * dtype_bytes(n.dtype));
+          break;
+        }
         launch(*step.kernel, n, ptr_inputs(n), ptr[step.node]);
         break;
       case StepKind::Gemm:
@@ -506,8 +520,13 @@ void CpuRuntime::run(size_t slot, const DimMap& dims) {
   for (NodeId i = 0; i < g.size(); ++i) {
     const Node& n = g.node(i);
     if (n.op != OpKind::Output) continue;
-    HostTensor t = HostTensor::zeros(n.dtype, static_cast<size_t>(product(n.shape).eval(dims)));
-    std::memcpy(t.bytes.data(), ptr[i], t.bytes.size());
+    HostTensor t;  // one copy out of the arena (no zero fill first)
+    if (auto it = read_out.find(i); it != read_out.end()) {
+      t = std::move(it->second);
+    } else {
+      t.dtype = n.dtype;
+      t.bytes.assign(ptr[i], ptr[i] + static_cast<size_t>(product(n.shape).eval(dims)) * dtype_bytes(n.dtype));
+    }
     if (n.updates != kNoNode) results.emplace_back(p.external_ids[n.updates], t);
     if (p.external_ids[i] != kNoNode) results.emplace_back(p.external_ids[i], std::move(t));
   }

@@ -171,6 +171,74 @@ TEST(CpuBackend, GatherAndEmbedding) {
   }, {{}}, false);
 }
 
+namespace {
+template <class F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "<no error>";
+}
+}  // namespace
+
+// An index past its own axis is an error on the CPU backend too, even when the flat index
+// lands inside the tensor (the next row), in the reference runtime's words (issue 12).
+TEST(CpuBackend, IndexPastItsAxisIsAnError) {
+  const CompileOptions o = CompileOptions().search_graph_limit(4).trials(1);
+  {  // gather along dim 1 with index 2: flat 4 is row 2, inside the tensor
+    Graph cx;
+    auto d = cx.tensor({3, 2});
+    auto i = cx.tensor({3, 1}, DType::I64);
+    auto out = (d.gather(1, i) * 2.0).output();
+    auto rt = cx.compile(cpu::CpuRuntime{}, o);
+    rt.set_data(d, {0.5f, -1.f, 2.f, 3.f, -4.f, 5.f});
+    rt.set_data(i, std::vector<int64_t>{1, 2, 0});
+    EXPECT_EQ(error_of([&] { rt.execute(cx.dim_map()); }),
+              "gather: index 2 is out of range for dimension 1 of size 2 (at position [1, 0] of the index)");
+    rt.set_data(d, {0.5f, -1.f, 2.f, 3.f, -4.f, 5.f});
+    rt.set_data(i, std::vector<int64_t>{1, 0, 1});
+    rt.execute(cx.dim_map());
+    EXPECT_EQ(rt.get_f32(out), (std::vector<float>{-2.f, 4.f, 10.f}));
+  }
+  {  // embedding: id 4 of a 4-row table (flat 12..14: past the table) and index_select with -1
+    Graph cx;
+    auto table = cx.tensor({4, 3}).persist();
+    auto ids = cx.tensor({2, 3}, DType::I32);
+    table.embedding(ids).output();
+    auto rt = cx.compile(cpu::CpuRuntime{}, o);
+    std::vector<float> t(12);
+    for (size_t k = 0; k < t.size(); ++k) t[k] = static_cast<float>(k) - 5.5f;
+    rt.set_data(table, t);
+    rt.set_data(ids, {0, 3, 1, 2, 4, 0});
+    EXPECT_EQ(error_of([&] { rt.execute(cx.dim_map()); }),
+              "embedding: index 4 is out of range for dimension 0 of size 4 (at position 4 of the index)");
+    Graph g2;
+    auto tb = g2.tensor({4, 3}).persist();
+    auto sel = g2.tensor({3}, DType::I64);
+    tb.index_select(1, sel).output();
+    auto rt2 = g2.compile(cpu::CpuRuntime{}, o);
+    rt2.set_data(tb, t);
+    rt2.set_data(sel, std::vector<int64_t>{2, 3, 0});  // 3 is past dimension 1 (size 3), flat inside
+    EXPECT_EQ(error_of([&] { rt2.execute(g2.dim_map()); }),
+              "index_select: index 3 is out of range for dimension 1 of size 3 (at position 1 of the index)");
+  }
+  {  // scatter along dim 1 with index 2 at [1, 0] would write into row 2
+    Graph cx;
+    auto dest = cx.tensor({3, 2});
+    auto idx = cx.tensor({2, 2}, DType::I32);
+    auto src = cx.tensor({2, 2});
+    dest.scatter(1, idx, src).output();
+    auto rt = cx.compile(cpu::CpuRuntime{}, o);
+    rt.set_data(dest, {0.f, 1.f, 2.f, 3.f, 4.f, 5.f});
+    rt.set_data(src, {-1.f, -2.f, -3.f, -4.f});
+    rt.set_data(idx, {1, 0, 2, 1});
+    EXPECT_EQ(error_of([&] { rt.execute(cx.dim_map()); }),
+              "scatter: index 2 is out of range for dimension 1 of size 2 (at position [1, 0] of the index)");
+  }
+}
+
 TEST(CpuBackend, TransformerBlockMatchesReference) {
   luminal::testing::TestModel m;
   luminal::testing::build_transformer_block(m);

@@ -29,4 +29,13 @@ void register_fusion_primitives(egraph::EGraph& eg);
 // The region of a `Fused` backend op node (parsed once per distinct string).
 std::shared_ptr<const Region> fused_region(const Node& fused);
 
+// Greedy fusion of an extracted program, for a backend that runs regions as kernels: a
+// group of fusable nodes (elementwise, reductions, Gather, Constant, Iota and Fused
+// regions) whose results are read only inside the group becomes one Fused node, when
+// `lower` accepts the merged region (a group it refuses keeps its nodes). The fusion
+// rules leave long chains cut (their regions are capped so the e-graph stays small:
+// GELU's erf is ~150 nodes); this joins what the extracted program leaves apart.
+// `old_to_new[i]` is the new id of program node i (kNoNode when it was absorbed).
+Graph fuse_program(const Graph& program, std::vector<NodeId>& old_to_new);
+
 }  // namespace luminal::kernel

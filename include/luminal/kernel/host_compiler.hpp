@@ -39,8 +39,10 @@ class SharedLibrary {
 struct HostCompilerOptions {
   std::string compiler = "c++";
   // The one place the flags live.
+  // -fopenmp-simd: the emitted `#pragma omp simd` loops (no OpenMP runtime); -fno-trapping-math
+  // lets guarded float operations be if-converted (no value changes: nothing reads FP traps).
   std::vector<std::string> flags = {"-O3", "-march=native", "-fPIC", "-shared", "-std=c++17", "-ffp-contract=off",
-                                    "-fno-math-errno", "-w"};
+                                    "-fno-math-errno", "-fno-trapping-math", "-fopenmp-simd", "-w"};
   std::filesystem::path cache_dir;  // empty: $LUMINAL_CACHE_DIR or ~/.cache/luminal/kernels
 };
 

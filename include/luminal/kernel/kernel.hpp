@@ -54,10 +54,14 @@ enum class StmtKind : uint8_t {
   Index,     // value = index (an int64 Expression), converted to dtype
   Alu,       // value = op(args) for a Unary/Binary primitive (not Cast)
   Cast,      // value = args[0] converted to dtype (docs/OPS_SEMANTICS.md rules)
-  Select,    // value = index ? args[0] : 0 (reads through a padded view)
-  Bound,     // int64 value = args[0]; when guard holds and it is outside [0, index): error, value 0
+  Select,    // value = index ? args[0] : 0 (reads through a padded view); with three args: args[0] ? args[1] : args[2]
+  Bound,     // int64 value = args[0]; when guard holds and it is outside [0, index), or (axis_size > 0) it lies on
+             // the axis line through axis_base (a multiple of axis_stride away) at a coordinate outside
+             // [0, axis_size): error, value 0
   Reduce,    // value = op (SumReduce/MaxReduce) over loop var r<loop> in [0, index) of args[0], computed by body
   Store,     // buffer[index] = args[0]
+  Stash,     // row scratch `buffer`[index] = args[0] (a value a row reduction computes and the columns reuse)
+  Unstash,   // value = row scratch `buffer`[index]
 };
 
 struct Stmt {
@@ -70,6 +74,9 @@ struct Stmt {
   Expression index = 0;      // Load/Store: element; Index: the value; Select: the condition; Reduce: extent; Bound: exclusive bound
   Expression guard = 1;      // Load: read only when nonzero; Alu (integer Mod) / Bound: report errors only when nonzero
   double constant = 0;       // Constant: the value; Bound: the KernelError code
+  Expression position = 0;   // Bound: the flat position reported with the error (Kernel::bound_sites[site].positions)
+  Expression axis_base = 0, axis_stride = 1, axis_size = 0;  // Bound: the user's axis (axis_size 0: none)
+  int site = -1;             // Bound: its entry in Kernel::bound_sites
   int loop = -1;             // Reduce: its loop variable r<loop>
   std::vector<Stmt> body;    // Reduce: statements run per iteration; args[0] is defined there
 };
@@ -87,6 +94,10 @@ struct Phase {
   Expression cols = 1;
   std::vector<Stmt> row_body;
   std::vector<Stmt> col_body;
+  // Per-row scratch arrays of `cols` values (Stash/Unstash `buffer`), by value dtype: an
+  // expensive value (exp2, log2, sin) a row reduction computes for every column is kept
+  // for the column loop instead of being computed again.
+  std::vector<DType> scratch;
 };
 
 enum class Geometry : uint8_t {
@@ -95,8 +106,25 @@ enum class Geometry : uint8_t {
   SingleBlock,  // CUDA: one block runs the phases in order (Scatter); C++: extent 1
 };
 
-// Error codes written to the error slot (an int32; the caller zeroes it).
+// Error codes written to the error slot (the caller zeroes it).
 enum class KernelError : int32_t { None = 0, IntegerModByZero = 1, GatherOutOfRange = 2, ScatterOutOfRange = 3 };
+
+// The error slot is a record of kErrorWords int32 words: [0] the KernelError code, [1] the
+// bound site, [2, 3] the offending flat index (low, high 32 bits), [4, 5] its flat position.
+// The first error claims the record (an atomic compare-and-swap on word 0); the caller
+// zeroes at least word 0 before a launch and reads the record with describe_error.
+inline constexpr int kErrorWords = 6;
+
+// A Gather or Scatter whose indexes a kernel checks. Gather: `sizes` is the data's shape,
+// `positions` the index's (the Gather's output) shape; Scatter: `sizes` is the destination's
+// shape, `positions` the index's. `axis` is the user's axis (Node::axis), or -1 when the
+// index is a flat one (then only [0, numel) is checked).
+struct BoundSite {
+  KernelError code = KernelError::GatherOutOfRange;
+  int axis = -1;
+  Shape sizes;
+  Shape positions;
+};
 
 struct Kernel {
   std::vector<DType> inputs;            // buffer slots 0..n-1
@@ -104,6 +132,7 @@ struct Kernel {
   Expression output_numel = 1;
   std::vector<std::string> dim_names;   // sorted; the order of the dims array
   std::vector<Phase> phases;            // run in order (more than one only for Scatter)
+  std::vector<BoundSite> bound_sites;   // Bound statements' `site`
   Geometry geometry = Geometry::Elementwise;
   // C++: the entry point runs outer iterations [begin, end) of [0, extent).
   Expression extent = 1;
@@ -111,7 +140,7 @@ struct Kernel {
   Expression grid_x = 1;
   int block_x = 256;
   size_t output_slot() const { return inputs.size(); }
-  size_t error_slot() const { return inputs.size() + 1; }  // C++ buffers[] slot of the int32 error flag
+  size_t error_slot() const { return inputs.size() + 1; }  // C++ buffers[] slot of the error record (kErrorWords int32)
 };
 
 // nullopt when the region cannot be one kernel without unbounded recomputation
@@ -119,6 +148,12 @@ struct Kernel {
 // kernel computes (CustomOp, a Scatter that is not the result).
 std::optional<Kernel> lower(const Region& region);
 std::string to_string(const Kernel& kernel);
+
+// The message for an error record a launch of `kernel` filled (record[0] != 0), in the
+// reference runtime's words: "gather: index 4 is out of range for dimension 0 of size 4
+// (at position [1, 1] of the index)". `user_op` names the tensor-API op when known.
+std::string describe_error(const Kernel& kernel, std::span<const int32_t> record, const DimMap& dims,
+                           std::string_view user_op);
 
 // C++: extern "C" void NAME(void* const* buffers, const int64_t* dims, int64_t begin, int64_t end)
 //      extern "C" int64_t NAME_extent(const int64_t* dims)
