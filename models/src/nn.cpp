@@ -129,13 +129,15 @@ GraphTensor cache_append(const GraphTensor& cache, const GraphTensor& rows, int6
   Graph& g = cache.graph();
   LUMINAL_CHECK(rows.rank() == cache.rank(), "cache_append: rows ", to_string(rows.shape()), " do not match cache ",
                 to_string(cache.shape()));
-  const Expression z = Expression::index(), p = dims.past, s = dims.seq;
-  // keep[r] = 1 outside the written rows [p, p + s), 0 inside.
-  GraphTensor keep = g.iota(logical_not(logical_and(ge(z, p), lt(z, p + s))), {max_seq}, DType::I32).cast(DType::F32);
-  for (size_t i = 1; i < cache.rank(); ++i) keep = keep.unsqueeze(-1);
-  // The new rows padded into place read 0 elsewhere.
-  GraphTensor placed = rows.pad(0, p, Expression(max_seq) - p - s);
-  GraphTensor next = cache * keep + placed;
+  LUMINAL_CHECK(cache.dim(0) == Expression(max_seq), "cache_append: cache ", to_string(cache.shape()), " does not have ",
+                max_seq, " rows");
+  const Expression p = dims.past, s = dims.seq;
+  // Every element of the new rows goes to cache row p + its row: a scatter writes them
+  // and copies the other rows, instead of rewriting the whole cache with a mask.
+  Expression row_elements = 1;
+  for (size_t d = 1; d < rows.rank(); ++d) row_elements = row_elements * rows.dim(static_cast<int>(d));
+  GraphTensor index = g.iota(p + Expression::index() / row_elements, rows.shape(), DType::I32);
+  GraphTensor next = cache.scatter(0, index, rows);
   g.update(cache, next);
   return next.slice(0, Expression(0), p + s);
 }
