@@ -388,10 +388,10 @@ double elements_at_representative_dims(std::span<const Expression> shape, const 
 // Constructor cost scaled by the elements the node writes (a materialised product k times
 // larger than its sum costs k times more), plus the children; +inf for nodes extraction
 // cannot turn into a program.
-egraph::CostFn extraction_cost(const LoweredGraph& lowered) {
+egraph::CostFn extraction_cost(const LoweredGraph& lowered, const DimMap* at_dims = nullptr) {
   const Signature& sig = *lowered.signature;
   static const DimMap no_dims;
-  const DimMap* dims = lowered.source ? &lowered.source->dim_map() : &no_dims;
+  const DimMap* dims = at_dims ? at_dims : lowered.source ? &lowered.source->dim_map() : &no_dims;
   return [&lowered, &sig, dims](const EGraph& g, egraph::NodeId n, std::span<const double> child_costs) {
     egraph::OpId op = g.node(n).op;
     egraph::SortId sort = g.op(op).sort;
@@ -504,8 +504,8 @@ ChoiceSpace choice_space(const LoweredGraph& lowered) {
   return space;
 }
 
-std::vector<uint32_t> cheapest_genome(const LoweredGraph& lowered, const ChoiceSpace& space) {
-  egraph::Extractor costs(*lowered.egraph, extraction_cost(lowered));
+std::vector<uint32_t> cheapest_genome(const LoweredGraph& lowered, const ChoiceSpace& space, const DimMap* dims) {
+  egraph::Extractor costs(*lowered.egraph, extraction_cost(lowered, dims));
   std::vector<uint32_t> genome(space.slots.size(), 0);
   for (size_t s = 0; s < space.slots.size(); ++s) {
     auto best = costs.best_node(space.slots[s]);

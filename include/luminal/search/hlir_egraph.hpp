@@ -74,8 +74,11 @@ struct ChoiceSpace {
 ChoiceSpace choice_space(const LoweredGraph& lowered);
 
 // The genome that picks, in every slot, the option of least total constructor :cost
-// (primitives cost 1; a backend op's declaration sets its own).
-std::vector<uint32_t> cheapest_genome(const LoweredGraph& lowered, const ChoiceSpace& space);
+// (primitives cost 1; a backend op's declaration sets its own), each scaled by the elements
+// it writes at `dims` (default: the source graph's representative dims), so each dim
+// bucket gets the cheapest program for its own sizes.
+std::vector<uint32_t> cheapest_genome(const LoweredGraph& lowered, const ChoiceSpace& space,
+                                      const DimMap* dims = nullptr);
 // The genome of the unrewritten program: every slot picks the source graph's own node.
 std::vector<uint32_t> source_genome(const LoweredGraph& lowered, const ChoiceSpace& space);
 
