@@ -154,11 +154,7 @@ int main(int argc, char** argv) {
     rt.set_data(m.ids, std::vector<int32_t>{1234});
 
     // Copy bandwidth (read + written bytes per second), as suite_cuda_linear measures it.
-    const size_t copy_bytes = size_t(1) << 30;
-    cuda::DeviceBuffer a(copy_bytes), b(copy_bytes);
-    const double copy_ms =
-        cuda::time_ms(stream.get(), [&] { cuda::copy_device_to_device(b.ptr(), a.ptr(), copy_bytes, stream.get()); }, 4);
-    const double bandwidth = 2.0 * copy_bytes / (copy_ms * 1e-3);
+    const double bandwidth = cuda::copy_bandwidth(stream.get());
     const double floor_ms = bytes_read / bandwidth * 1e3;
 
     const DimMap dims = m.cx.dim_map();

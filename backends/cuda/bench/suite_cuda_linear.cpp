@@ -60,16 +60,6 @@ struct Shape {
   int K, N;
 };
 
-// Device-to-device copy bandwidth, counting bytes read plus bytes written.
-double copy_bandwidth(StreamHandle stream) {
-  const size_t bytes = size_t(1) << 30;
-  DeviceBuffer src(bytes), dst(bytes);
-  src.zero(stream);
-  const double ms = time_ms(stream, [&] { copy_device_to_device(dst.ptr(), src.ptr(), bytes, stream); }, 10, 5,
-                            /*use_graph=*/false);
-  return 2.0 * double(bytes) / (ms * 1e-3);
-}
-
 std::string config_name(const GemvConfig& c) {
   return "gemv ksplit=" + std::to_string(c.ksplit) + " rows_per_warp=" + std::to_string(c.rows_per_warp) +
          " unroll=" + std::to_string(c.unroll);

@@ -187,4 +187,13 @@ double time_ms(StreamHandle stream, const std::function<void()>& enqueue, int re
   return times[times.size() / 2];
 }
 
+double copy_bandwidth(StreamHandle stream) {
+  const size_t bytes = size_t(1) << 30;
+  DeviceBuffer src(bytes), dst(bytes);
+  src.zero(stream);  // touched first, so no timed copy pays for mapping pages
+  const double ms =
+      time_ms(stream, [&] { copy_device_to_device(dst.ptr(), src.ptr(), bytes, stream); }, 10, 5, /*use_graph=*/false);
+  return 2.0 * double(bytes) / (ms * 1e-3);
+}
+
 }  // namespace luminal::cuda

@@ -139,4 +139,8 @@ class Graph {
 double time_ms(StreamHandle stream, const std::function<void()>& enqueue, int repetitions,
                int samples = 5, bool use_graph = true, int warmup = 2);
 
+// Device-to-device copy bandwidth in bytes per second (bytes read plus bytes written), of
+// 1 GiB copies: the denominator of every benchmark's bandwidth floor.
+double copy_bandwidth(StreamHandle stream);
+
 }  // namespace luminal::cuda
