@@ -13,6 +13,7 @@
 // every suite_cpu* executable before bench/suite_cpu.py.
 #include <algorithm>
 #include <chrono>
+#include <ctime>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -43,18 +44,30 @@ double seconds_since(clock_type::time_point t) {
 
 // Median over `reps` samples after two warm-up calls; a sample runs `fn` often enough
 // to last ~5 ms, so microsecond kernels are not measured at the clock's resolution.
+// Wall time, or the process's CPU time with LUMINAL_BENCH_CPU_TIME=1 (bench/suite_cpu.py).
+double timer_s() {
+  static const bool cpu = [] {
+    const char* v = std::getenv("LUMINAL_BENCH_CPU_TIME");
+    return v && std::string(v) == "1";
+  }();
+  if (!cpu) return std::chrono::duration<double>(clock_type::now().time_since_epoch()).count();
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
 double median_ms(const std::function<void()>& fn, int reps) {
   fn();
   fn();
-  auto t = clock_type::now();
+  double t = timer_s();
   fn();
-  const double once = seconds_since(t);
+  const double once = timer_s() - t;
   const int inner = std::clamp(static_cast<int>(0.005 / std::max(once, 1e-7)), 1, 1000);
   std::vector<double> samples;
   for (int r = 0; r < reps; ++r) {
-    t = clock_type::now();
+    t = timer_s();
     for (int i = 0; i < inner; ++i) fn();
-    samples.push_back(1e3 * seconds_since(t) / inner);
+    samples.push_back(1e3 * (timer_s() - t) / inner);
   }
   std::sort(samples.begin(), samples.end());
   return samples[samples.size() / 2];

@@ -216,6 +216,37 @@ bool program_fusable(const Node& n) {
   return fusable(n.op) || n.op == OpKind::Gather || n.op == OpKind::Constant || n.op == OpKind::Iota;
 }
 
+// Does `view` broadcast along an axis that comes before one it does not (a table of shape
+// (seq, d) read as (seq, heads, d))? Fused into its reader, the producer would be computed
+// again for every outer index; a broadcast of trailing axes only ([rows] read as [rows,
+// cols]) stays loop-invariant in the inner loop, where the compiler hoists it.
+bool broadcasts_outer_axis(const ShapeTracker& view) {
+  bool seen_broadcast = false;
+  for (const ViewDim& d : view.dims()) {
+    if (d.size == Expression(1)) continue;
+    const bool broadcast = !d.offset.depends_on(Expression::kIndexName);
+    if (broadcast) seen_broadcast = true;
+    else if (seen_broadcast) return true;
+  }
+  return false;
+}
+
+// Does `consumer` read `producer` through such a view (inside its region, for a Fused node)?
+bool reads_through_outer_broadcast(const Node& consumer, NodeId producer) {
+  for (size_t k = 0; k < consumer.inputs.size(); ++k) {
+    if (consumer.inputs[k].node != producer) continue;
+    if (broadcasts_outer_axis(consumer.inputs[k].view)) return true;
+    if (consumer.op != OpKind::BackendOp) continue;
+    const Graph& sg = fused_region(consumer)->graph;
+    const std::vector<NodeId> ins = sg.inputs();
+    if (k >= ins.size()) return true;
+    for (const Node& sn : sg.nodes())
+      for (const auto& in : sn.inputs)
+        if (in.node == ins[k] && broadcasts_outer_axis(in.view)) return true;
+  }
+  return false;
+}
+
 // The region computing `members` (program ids, ascending; the last is the root), whose
 // other results are read only inside it; nullopt when a member cannot be inlined.
 std::optional<Region> group_region(const Graph& program, const std::vector<NodeId>& members,
@@ -322,9 +353,13 @@ Graph fuse_program(const Graph& program, std::vector<NodeId>& old_to_new) {
     NodeId g = group[consumers[i][0]];
     bool same = g != kNoNode;
     for (NodeId c : consumers[i]) same = same && group[c] == g;
-    // A matmul's product stays with the GEMM rules, not in a loop nest.
-    for (NodeId c : consumers[i])
+    // A matmul's product stays with the GEMM rules, not in a loop nest; a value read through
+    // an outer broadcast stays materialised (computed once, not once per outer index).
+    for (NodeId c : consumers[i]) {
       same = same && !(program.node(c).op == OpKind::SumReduce && is_matmul_mul(&node, program.node(c).axis));
+      const bool cheap = node.op == OpKind::Constant || node.op == OpKind::Iota;
+      same = same && (cheap || !reads_through_outer_broadcast(program.node(c), i));
+    }
     if (same) group[i] = g;
   }
   std::unordered_map<NodeId, std::vector<NodeId>> members;

@@ -1,6 +1,7 @@
 #include "luminal/kernel/kernel_cache.hpp"
 
 #include <algorithm>
+#include <cstdlib>
 #include <fstream>
 #include <functional>
 #include <sstream>
@@ -88,6 +89,13 @@ void CppKernelCache::compile(const std::vector<std::string>& wanted) {
     auto k = lower(parse_region(regions[i]));
     LUMINAL_CHECK(k.has_value(), "kernel cache: a region cannot be lowered to a kernel");
     c->kernel = std::move(*k);
+    // LUMINAL_KERNEL_DUMP=DIR: each compiled region's text, IR and source, for diagnosis.
+    if (const char* dir = std::getenv("LUMINAL_KERNEL_DUMP")) {
+      const std::string base = std::string(dir) + "/" + entry_name(regions[i]);
+      std::ofstream(base + ".region") << regions[i] << "\n";
+      std::ofstream(base + ".ir") << to_string(c->kernel);
+      std::ofstream(base + ".cpp") << emit_cpp(c->kernel, entry_name(regions[i]));
+    }
     sources.back() += emit_cpp(c->kernel, entry_name(regions[i]));
     compiled.push_back(std::move(c));
   }

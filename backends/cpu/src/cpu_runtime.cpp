@@ -431,7 +431,12 @@ void CpuRuntime::run(size_t slot, const DimMap& dims) {
           // An output that reads its producer whole: copied once, straight to the user's
           // tensor, instead of through the arena.
           HostTensor& t = read_out[step.node];
+          // Reuse the previous run's tensor of this output (ours: get_tensor hands out
+          // copies): assigning into its capacity avoids a fresh, page-faulting allocation.
+          if (p.external_ids[step.node] != kNoNode)
+            if (auto old = s.data.find(p.external_ids[step.node]); old != s.data.end()) t = std::move(old->second);
           t.dtype = n.dtype;
+          t.shape.clear();
           const std::byte* src = ptr[n.inputs[0].node];
           t.bytes.assign(src, src + static_cast<size_t>(product(n.shape).eval(dims)) * dtype_bytes(n.dtype));
           break;

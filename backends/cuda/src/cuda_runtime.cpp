@@ -324,7 +324,7 @@ struct ProgramPlan {
   plan::MemoryPlan arena;
   uint64_t arena_version = 0;
   std::unordered_map<NodeId, DeviceTensor> private_outputs;  // Outputs without an external id
-  DeviceBuffer errors;                                       // one int32 per step
+  DeviceBuffer errors;                                       // one error record (kErrorWords int32) per step
   std::map<std::vector<int64_t>, std::unique_ptr<Resolved>> resolved;  // by dims
   uint64_t clock = 0;
 };
@@ -441,7 +441,9 @@ void CudaRuntime::prepare(std::span<const luminal::Graph* const> programs) {
   std::vector<std::string> regions;
   for (const luminal::Graph* g : programs) {
     try {
-      for (auto& r : program_regions(*g)) regions.push_back(std::move(r));
+      std::vector<NodeId> renumbered;
+      const luminal::Graph fused = kernel::fuse_program(*g, renumbered);  // as load_program will run it
+      for (auto& r : program_regions(fused)) regions.push_back(std::move(r));
     } catch (const Error&) {
       // This program's error is thrown again from its load_program.
     }
@@ -455,11 +457,16 @@ void CudaRuntime::load_program(size_t slot, const luminal::Graph& program, std::
   s.shared->context->make_current();
   if (s.slots.size() <= slot) s.slots.resize(slot + 1);
   ProgramPlan p;
-  p.graph = program;
-  p.external_ids = std::move(external_ids);
+  // Kernels the extracted program left apart are joined where one kernel can compute
+  // them (fewer launches: decode is launch-bound between its GEMVs).
+  std::vector<NodeId> renumbered;
+  p.graph = kernel::fuse_program(program, renumbered);
+  p.external_ids.assign(p.graph.size(), kNoNode);
+  for (NodeId i = 0; i < program.size(); ++i)
+    if (renumbered[i] != kNoNode) p.external_ids[renumbered[i]] = external_ids[i];
   std::vector<std::string> regions;
   std::vector<std::string> step_regions;
-  for (NodeId i = 0; i < program.size(); ++i) {
+  for (NodeId i = 0; i < p.graph.size(); ++i) {
     const Node& n = p.graph.node(i);
     for (const auto& in : n.inputs) LUMINAL_ASSERT(in.node < i, "program is not in topological order at node ", i);
     for (const auto& d : n.shape)
@@ -512,7 +519,7 @@ void CudaRuntime::load_program(size_t slot, const luminal::Graph& program, std::
   s.shared->compile(regions);
   for (size_t k = 0; k < p.steps.size(); ++k)
     if (p.steps[k].kind == StepKind::Kernel) p.steps[k].kernel = s.shared->get(step_regions[k]);
-  p.errors = DeviceBuffer(std::max<size_t>(16, p.steps.size() * sizeof(int32_t)));
+  p.errors = DeviceBuffer(std::max<size_t>(16, p.steps.size() * kernel::kErrorWords * sizeof(int32_t)));
   s.slots[slot] = std::move(p);
 }
 
@@ -610,7 +617,7 @@ struct Resolver {
     }
     dim_offset.push_back(offset);
     inputs.push_back(out);
-    inputs.push_back(errors + step * sizeof(int32_t));
+    inputs.push_back(errors + step * kernel::kErrorWords * sizeof(int32_t));
     inputs.push_back(0);  // the dims pointer: filled once the dims buffer exists
     const size_t dims_arg = inputs.size() - 1;
     api::CUfunction fn = c->fn;
@@ -778,7 +785,7 @@ void CudaRuntime::run(size_t slot, const DimMap& dims) {
               for (const auto& d : copier->kernel.dim_names) rs.dim_values.push_back(dims.at(d));
               api::CUfunction fn = copier->fn;
               const unsigned block = static_cast<unsigned>(copier->kernel.block_x);
-              const DevicePtr err = errors + si * sizeof(int32_t);
+              const DevicePtr err = errors + si * kernel::kErrorWords * sizeof(int32_t);
               Resolved* rp = &r;
               if (grid > 0)
                 r.ops.push_back({[fn, grid, block, src, err, offset, rp, o](StreamHandle st) {
@@ -976,14 +983,17 @@ void CudaRuntime::run(size_t slot, const DimMap& dims) {
       op.enqueue(stream);
     }
   }
-  std::vector<int32_t> errors(p.steps.size(), 0);
+  std::vector<int32_t> errors(p.steps.size() * kernel::kErrorWords, 0);
   if (!errors.empty()) p.errors.download(errors.data(), errors.size() * sizeof(int32_t), stream);
   else LUMINAL_CU(cuStreamSynchronize, stream);
-  for (size_t k = 0; k < errors.size(); ++k)
-    if (errors[k] != 0) {
-      const Node& n = g.node(p.steps[k].node);
-      fail(n.user_op.empty() ? std::string(op_name(n.op)) : n.user_op, ": ", kernel_error_text(errors[k]));
-    }
+  for (size_t k = 0; k < p.steps.size(); ++k) {
+    std::span<const int32_t> record(errors.data() + k * kernel::kErrorWords, kernel::kErrorWords);
+    if (record[0] == 0) continue;
+    const Step& step = p.steps[k];
+    const Node& n = g.node(step.node);
+    if (step.kind == StepKind::Kernel && step.kernel) fail(kernel::describe_error(step.kernel->kernel, record, dims, n.user_op));
+    fail(n.user_op.empty() ? std::string(op_name(n.op)) : n.user_op, ": ", kernel_error_text(record[0]));
+  }
   // Outputs are readable; state updates landed in their inputs; inputs that do not
   // persist are consumed (their buffers are kept for the next run).
   for (auto& [i, t] : outputs) {
