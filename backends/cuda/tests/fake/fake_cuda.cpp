@@ -139,8 +139,38 @@ static T __shfl_xor_sync(unsigned, T v, int mask) {
 }
 template <class... P, size_t... I>
 static void lm_call(void (*f)(P...), void** a, std::index_sequence<I...>) { f(static_cast<P>(a[I])...); }
+// mode 0: no barriers (one host thread runs every CUDA thread in turn); 1: warp shuffles
+// (a warp's 32 lanes run as threads, warps one after another); 2: __syncthreads (a block's
+// threads all run at once).
 template <class F>
-static void lm_run(F body, unsigned grid, unsigned block) {
+static void lm_run(F body, unsigned grid, unsigned block, int mode) {
+  blockDim.x = block;
+  if (mode == 0) {
+    for (unsigned b = 0; b < grid; ++b)
+      for (unsigned t = 0; t < block; ++t) {
+        blockIdx.x = b;
+        threadIdx.x = t;
+        body();
+      }
+    return;
+  }
+  if (mode == 1) {
+    std::barrier<> warp_barrier(32);
+    std::vector<std::barrier<>*> warp_ptrs(32, &warp_barrier);
+    lm_warp_barriers = warp_ptrs.data();
+    for (unsigned b = 0; b < grid; ++b)
+      for (unsigned w = 0; w * 32 < block; ++w) {
+        std::vector<std::thread> lanes;
+        for (unsigned l = 0; l < 32; ++l)
+          lanes.emplace_back([&, l] {
+            blockIdx.x = b;
+            threadIdx.x = w * 32 + l;
+            body();
+          });
+        for (auto& th : lanes) th.join();
+      }
+    return;
+  }
   std::barrier<> block_barrier(block);
   std::vector<std::unique_ptr<std::barrier<>>> warps;
   std::vector<std::barrier<>*> warp_ptrs;
@@ -150,7 +180,6 @@ static void lm_run(F body, unsigned grid, unsigned block) {
   }
   lm_block_barrier = &block_barrier;
   lm_warp_barriers = warp_ptrs.data();
-  blockDim.x = block;
   std::vector<std::thread> threads;
   for (unsigned t = 0; t < block; ++t)
     threads.emplace_back([&, t] {
@@ -207,15 +236,20 @@ CUresult load_module(Module& m, const std::string& source) {
     const std::string params = (*it)[2];
     const int nargs = static_cast<int>(std::count(params.begin(), params.end(), ',')) + 1;
     names.emplace_back((*it)[1], nargs);
+    // The kernel's body: up to the next entry point. Its barriers decide how it is run.
+    const size_t from = static_cast<size_t>(it->position(0));
+    const size_t to = source.find("extern \"C\" __global__", from + 1);
+    const std::string body = source.substr(from, to == std::string::npos ? std::string::npos : to - from);
+    const int mode = body.find("__syncthreads") != std::string::npos ? 2 : body.find("lm_lane") != std::string::npos ? 1 : 0;
     launchers += "extern \"C\" void " + std::string((*it)[1]) + "__lm_launch(void** a, unsigned grid, unsigned block) {\n" +
                  "  lm_run([&] { lm_call(" + std::string((*it)[1]) + ", a, std::make_index_sequence<" +
-                 std::to_string(nargs) + ">{}); }, grid, block);\n}\n";
+                 std::to_string(nargs) + ">{}); }, grid, block, " + std::to_string(mode) + ");\n}\n";
   }
   const std::string unit = std::string(kShim) + source + "\n" + launchers;
   const std::string base = temp_dir() + "/k" + std::to_string(std::hash<std::string>{}(unit));
   if (access((base + ".so").c_str(), R_OK) != 0) {
     std::ofstream(base + ".cpp") << unit;
-    const std::string cmd = "c++ -O1 -fPIC -shared -std=c++20 -pthread -ffp-contract=off -w -o " + base + ".tmp.so " +
+    const std::string cmd = "c++ -O0 -fPIC -shared -std=c++20 -pthread -ffp-contract=off -w -o " + base + ".tmp.so " +
                             base + ".cpp 2>" + base + ".log && mv " + base + ".tmp.so " + base + ".so";
     if (std::system(cmd.c_str()) != 0) {
       std::fprintf(stderr, "fake cuda: compiling %s.cpp failed (see %s.log)\n", base.c_str(), base.c_str());
