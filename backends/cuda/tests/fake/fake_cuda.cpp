@@ -29,7 +29,8 @@
 #include <map>
 #include <memory>
 #include <mutex>
-#include <regex>
+#include <algorithm>
+#include <cctype>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -215,34 +216,61 @@ std::string temp_dir() {
   return dir;
 }
 
+std::string trim(std::string s) {
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) s.erase(s.begin());
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.pop_back();
+  return s;
+}
+
+// The comma-separated arguments of every use of `macro(` that is not its #define.
+std::vector<std::vector<std::string>> macro_uses(const std::string& source, const std::string& macro) {
+  std::vector<std::vector<std::string>> uses;
+  for (size_t at = source.find(macro + "("); at != std::string::npos; at = source.find(macro + "(", at + 1)) {
+    if (at >= 8 && source.compare(at - 8, 8, "#define ") == 0) continue;
+    const size_t close = source.find(')', at);
+    std::vector<std::string> args;
+    std::string arg;
+    for (size_t i = at + macro.size() + 1; i < close; ++i) {
+      if (source[i] == ',') args.push_back(trim(arg)), arg.clear();
+      else arg += source[i];
+    }
+    args.push_back(trim(arg));
+    uses.push_back(std::move(args));
+  }
+  return uses;
+}
+
 CUresult load_module(Module& m, const std::string& source) {
   // Hand-written families: host implementations of their launch contracts.
-  static const std::regex entry(R"(LUMINAL_(GEMV|FILL)_ENTRY\((\w+),\s*([\w:]+))");
-  for (std::sregex_iterator it(source.begin(), source.end(), entry), end; it != end; ++it) {
-    Function f;
-    f.kind = (*it)[1] == "GEMV" ? Function::Gemv : Function::Fill;
-    f.dtype = kind_of_type_name((*it)[3]);
-    m.functions[(*it)[2]] = f;
-  }
-  if (source.find("LUMINAL_GEMV_ENTRY(") != std::string::npos || source.find("LUMINAL_FILL_ENTRY(") != std::string::npos)
-    return CUDA_SUCCESS;
-  static const std::regex family(R"(#define LUMINAL_\w+_ENTRY\()");
-  if (std::regex_search(source, family)) return 500;  // other hand-written kernels: not emulated
+  bool hand_written = false;
+  for (const char* family : {"LUMINAL_GEMV_ENTRY", "LUMINAL_FILL_ENTRY"})
+    for (const auto& args : macro_uses(source, family)) {
+      if (args.size() < 2) continue;
+      Function f;
+      f.kind = std::string(family) == "LUMINAL_GEMV_ENTRY" ? Function::Gemv : Function::Fill;
+      f.dtype = kind_of_type_name(args[1]);
+      m.functions[args[0]] = f;
+      hand_written = true;
+    }
+  if (hand_written) return CUDA_SUCCESS;
+  if (source.find("#define LUMINAL_") != std::string::npos && source.find("_ENTRY(") != std::string::npos)
+    return 500;  // other hand-written kernels: not emulated
   // Emitted kernels: C++ under the shim, one launcher per entry point.
-  static const std::regex kernel(R"(extern "C" __global__ void (\w+)\(([^)]*)\))");
+  const std::string marker = "extern \"C\" __global__ void ";
   std::string launchers;
   std::vector<std::pair<std::string, int>> names;
-  for (std::sregex_iterator it(source.begin(), source.end(), kernel), end; it != end; ++it) {
-    const std::string params = (*it)[2];
+  for (size_t from = source.find(marker); from != std::string::npos; from = source.find(marker, from + 1)) {
+    const size_t open = source.find('(', from), close = source.find(')', open);
+    const std::string name = trim(source.substr(from + marker.size(), open - from - marker.size()));
+    const std::string params = source.substr(open + 1, close - open - 1);
     const int nargs = static_cast<int>(std::count(params.begin(), params.end(), ',')) + 1;
-    names.emplace_back((*it)[1], nargs);
+    names.emplace_back(name, nargs);
     // The kernel's body: up to the next entry point. Its barriers decide how it is run.
-    const size_t from = static_cast<size_t>(it->position(0));
-    const size_t to = source.find("extern \"C\" __global__", from + 1);
+    const size_t to = source.find(marker, from + 1);
     const std::string body = source.substr(from, to == std::string::npos ? std::string::npos : to - from);
     const int mode = body.find("__syncthreads") != std::string::npos ? 2 : body.find("lm_lane") != std::string::npos ? 1 : 0;
-    launchers += "extern \"C\" void " + std::string((*it)[1]) + "__lm_launch(void** a, unsigned grid, unsigned block) {\n" +
-                 "  lm_run([&] { lm_call(" + std::string((*it)[1]) + ", a, std::make_index_sequence<" +
+    launchers += "extern \"C\" void " + name + "__lm_launch(void** a, unsigned grid, unsigned block) {\n" +
+                 "  lm_run([&] { lm_call(" + name + ", a, std::make_index_sequence<" +
                  std::to_string(nargs) + ">{}); }, grid, block, " + std::to_string(mode) + ");\n}\n";
   }
   const std::string unit = std::string(kShim) + source + "\n" + launchers;
