@@ -156,7 +156,7 @@ int main(int argc, char** argv) {
       bytes_read += w.t.id() == m.weights.front().t.id() ? static_cast<double>(c.hidden) * 2 : static_cast<double>(bytes);
     }
     stream.synchronize();
-    rt.set_data(m.ids, std::vector<int32_t>{1234});
+    rt.set_data(m.ids, std::vector<int32_t>{static_cast<int32_t>(std::min<int64_t>(1234, c.vocab - 1))});
 
     // Copy bandwidth (read + written bytes per second), as suite_cuda_linear measures it.
     const size_t copy_bytes = c.hidden >= 4096 ? size_t(1) << 30 : size_t(1) << 20;
