@@ -159,7 +159,7 @@ int main(int argc, char** argv) {
     rt.set_data(m.ids, std::vector<int32_t>{static_cast<int32_t>(std::min<int64_t>(1234, c.vocab - 1))});
 
     // Copy bandwidth (read + written bytes per second), as suite_cuda_linear measures it.
-    const size_t copy_bytes = c.hidden >= 4096 ? size_t(1) << 30 : size_t(1) << 20;
+    const size_t copy_bytes = size_t(1) << 30;
     cuda::DeviceBuffer a(copy_bytes), b(copy_bytes);
     const double copy_ms =
         cuda::time_ms(stream.get(), [&] { cuda::copy_device_to_device(b.ptr(), a.ptr(), copy_bytes, stream.get()); }, 4);
