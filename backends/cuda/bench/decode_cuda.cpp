@@ -15,7 +15,8 @@
 // the floor, compile time, and the ratio against torch.compile's TPOT measured on the same
 // machine for issue 10 (5.93 ms; pass --torch-ms to compare against a fresh measurement).
 //
-//   decode_cuda [--layers 32] [--context 512] [--search-s 30] [--steps 30] [--torch-ms 5.93]
+//   decode_cuda [--layers 32] [--context 512] [--search-s 30] [--steps 30] [--torch-ms 5.93] [--small 1]
+// --small 1: the same architecture at toy sizes (a smoke test, e.g. under the host emulation).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -120,8 +121,12 @@ int main(int argc, char** argv) {
       return 0;
     }
     Config c;
-    c.layers = static_cast<int64_t>(arg(argc, argv, "--layers", 32));
-    c.context = static_cast<int64_t>(arg(argc, argv, "--context", 512));
+    if (arg(argc, argv, "--small", 0) != 0) {
+      c.hidden = 256, c.heads = 4, c.kv_heads = 2, c.head_dim = 64, c.ffn = 512, c.vocab = 1000, c.context = 64;
+      c.layers = 2;
+    }
+    c.layers = static_cast<int64_t>(arg(argc, argv, "--layers", static_cast<double>(c.layers)));
+    c.context = static_cast<int64_t>(arg(argc, argv, "--context", static_cast<double>(c.context)));
     const double search_s = arg(argc, argv, "--search-s", 30);
     const int steps = static_cast<int>(arg(argc, argv, "--steps", 30));
     const double torch_ms = arg(argc, argv, "--torch-ms", 5.93);
@@ -151,7 +156,7 @@ int main(int argc, char** argv) {
       bytes_read += w.t.id() == m.weights.front().t.id() ? static_cast<double>(c.hidden) * 2 : static_cast<double>(bytes);
     }
     stream.synchronize();
-    rt.set_data(m.ids, std::vector<int32_t>{1234});
+    rt.set_data(m.ids, std::vector<int32_t>{static_cast<int32_t>(std::min<int64_t>(1234, c.vocab - 1))});
 
     // Copy bandwidth (read + written bytes per second), as suite_cuda_linear measures it.
     const double bandwidth = cuda::copy_bandwidth(stream.get());

@@ -327,6 +327,14 @@ struct ProgramPlan {
   DeviceBuffer errors;                                       // one error record (kErrorWords int32) per step
   std::map<std::vector<int64_t>, std::unique_ptr<Resolved>> resolved;  // by dims
   uint64_t clock = 0;
+  // Sizes by dims, evaluated once: a replayed decode step costs no expression evaluation.
+  struct DimsInfo {
+    bool computed = false;
+    std::vector<int64_t> input_numel;  // per Input node, in node order
+    std::vector<size_t> output_bytes;  // per Output node, in node order
+    uint64_t fits_version = ~uint64_t(0);  // the arena plan version these dims were seen to fit
+  };
+  std::map<std::vector<int64_t>, DimsInfo> dims_info;
 };
 
 bool graphs_from_env() {
@@ -646,26 +654,42 @@ void CudaRuntime::run(size_t slot, const DimMap& dims) {
                   "' has no value; set it with Graph::set_dim or pass it in the dim map");
     key.push_back(it->second);
   }
+  if (p.dims_info.size() >= 256 && !p.dims_info.count(key)) p.dims_info.clear();
+  ProgramPlan::DimsInfo& info = p.dims_info[key];
+  if (!info.computed) {
+    for (const Node& n : g.nodes()) {
+      if (n.op == OpKind::Input) info.input_numel.push_back(product(n.shape).eval(dims));
+      if (n.op == OpKind::Output)
+        info.output_bytes.push_back(static_cast<size_t>(product(n.shape).eval(dims)) * dtype_bytes(n.dtype));
+    }
+    info.computed = true;
+  }
   // Inputs: the user's device buffers, checked against their shapes.
   std::vector<DevicePtr> ptr(g.size(), 0);
   std::vector<DevicePtr> bound;
+  size_t input_index = 0;
   for (NodeId i = 0; i < g.size(); ++i) {
     const Node& n = g.node(i);
     if (n.op != OpKind::Input) continue;
     auto it = s.data.find(p.external_ids[i]);
     LUMINAL_CHECK(it != s.data.end() && it->second.valid, "execute: input '", n.label,
                   "' has no data (never set, or consumed by a previous execute; persist() keeps it)");
-    const int64_t expect = product(n.shape).eval(dims);
+    const int64_t expect = info.input_numel[input_index++];
     LUMINAL_CHECK(static_cast<int64_t>(it->second.numel) == expect, "execute: input '", n.label, "' has ",
                   it->second.numel, " elements but its shape ", to_string(n.shape), " needs ", expect);
     ptr[i] = it->second.ptr();
     bound.push_back(ptr[i]);
   }
-  // Intermediates live in the arena, planned for the largest size each buffer has had.
+  // Intermediates live in the arena, planned for the largest size each buffer has had
+  // (dims already seen to fit the current plan skip the planner).
   auto needs_buffer = [&](NodeId id) { return g.node(id).op != OpKind::Input; };
-  plan::ProgramBuffers now = plan::program_buffers(g, dims, needs_buffer);
-  bool fits = p.planned_uses.size() == now.uses.size();
-  for (size_t i = 0; fits && i < now.uses.size(); ++i) fits = now.uses[i].bytes <= p.planned_uses[i].bytes;
+  plan::ProgramBuffers now;
+  bool fits = info.fits_version == p.arena_version;
+  if (!fits) {
+    now = plan::program_buffers(g, dims, needs_buffer);
+    fits = p.planned_uses.size() == now.uses.size();
+    for (size_t i = 0; fits && i < now.uses.size(); ++i) fits = now.uses[i].bytes <= p.planned_uses[i].bytes;
+  }
   if (!fits) {
     if (p.planned_uses.size() == now.uses.size())
       for (size_t i = 0; i < now.uses.size(); ++i) now.uses[i].bytes = std::max(now.uses[i].bytes, p.planned_uses[i].bytes);
@@ -676,6 +700,7 @@ void CudaRuntime::run(size_t slot, const DimMap& dims) {
     p.planned_uses = std::move(now.uses);
     ++p.arena_version;
   }
+  info.fits_version = p.arena_version;
   if (static_cast<int64_t>(s.arena.bytes()) < p.arena.arena_bytes) {
     LUMINAL_CU(cuStreamSynchronize, stream);
     s.arena = DeviceBuffer(static_cast<size_t>(p.arena.arena_bytes));
@@ -687,11 +712,12 @@ void CudaRuntime::run(size_t slot, const DimMap& dims) {
       ptr[i] = s.arena.ptr() + static_cast<DevicePtr>(p.arena.offsets[i]);
   // Outputs are written straight into the user's buffers (kept from run to run).
   std::vector<std::pair<NodeId, DeviceTensor*>> outputs;
+  size_t output_index = 0;
   for (NodeId i = 0; i < g.size(); ++i) {
     const Node& n = g.node(i);
     if (n.op != OpKind::Output) continue;
     DeviceTensor& t = p.external_ids[i] != kNoNode ? s.data[p.external_ids[i]] : p.private_outputs[i];
-    t.reserve(static_cast<size_t>(product(n.shape).eval(dims)) * dtype_bytes(n.dtype));
+    t.reserve(info.output_bytes[output_index++]);
     ptr[i] = t.ptr();
     bound.push_back(ptr[i]);
     outputs.emplace_back(i, &t);
@@ -996,10 +1022,11 @@ void CudaRuntime::run(size_t slot, const DimMap& dims) {
   }
   // Outputs are readable; state updates landed in their inputs; inputs that do not
   // persist are consumed (their buffers are kept for the next run).
-  for (auto& [i, t] : outputs) {
+  for (size_t o = 0; o < outputs.size(); ++o) {
+    auto& [i, t] = outputs[o];
     const Node& n = g.node(i);
     t->dtype = n.dtype;
-    t->numel = static_cast<size_t>(product(n.shape).eval(dims));
+    t->numel = info.output_bytes[o] / dtype_bytes(n.dtype);
     t->shape.clear();
     t->valid = true;
   }
