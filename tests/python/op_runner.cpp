@@ -143,7 +143,32 @@ const std::map<std::string, OpFn>& registry() {
       {"softplus", [](Ins& in, const json& a) -> Outs {
          return {in[0].softplus(arg(a, "beta", 1.0), arg(a, "threshold", 20.0))};
        }},
+      UNARY(log1p), UNARY(expm1), UNARY(log10), UNARY(trunc), UNARY(asin), UNARY(acos), UNARY(atan),
+      UNARY(sinh), UNARY(cosh), UNARY(asinh), UNARY(acosh), UNARY(atanh), UNARY(isnan), UNARY(isinf),
+      UNARY(isfinite), UNARY(selu), UNARY(mish), UNARY(hardswish), UNARY(hardsigmoid), UNARY(relu6),
+      UNARY(logsigmoid), UNARY(softsign),
+      {"fmod", binop([](const GraphTensor& x, const GraphTensor& y) { return x.fmod(y); },
+                     [](const GraphTensor& x, double s) { return x.fmod(s); }, nullptr)},
+      {"atan2", [](Ins& in, const json&) -> Outs { return {in[0].atan2(in[1])}; }},
+      {"nan_to_num", [](Ins& in, const json& a) -> Outs {
+         return {in[0].nan_to_num(arg(a, "nan", 0.0), opt_double(a, "posinf"), opt_double(a, "neginf"))};
+       }},
+      {"elu", [](Ins& in, const json& a) -> Outs { return {in[0].elu(arg(a, "alpha", 1.0))}; }},
+      {"celu", [](Ins& in, const json& a) -> Outs { return {in[0].celu(arg(a, "alpha", 1.0))}; }},
+      {"hardtanh", [](Ins& in, const json& a) -> Outs {
+         return {in[0].hardtanh(arg(a, "min", -1.0), arg(a, "max", 1.0))};
+       }},
+      {"glu", [](Ins& in, const json& a) -> Outs { return {in[0].glu(arg(a, "axis", -1))}; }},
       // ---- comparisons and logic ----
+      {"logical_xor", [](Ins& in, const json&) -> Outs { return {in[0].logical_xor(in[1])}; }},
+      {"bitwise_and", [](Ins& in, const json&) -> Outs { return {in[0].bitwise_and(in[1])}; }},
+      {"bitwise_or", [](Ins& in, const json&) -> Outs { return {in[0].bitwise_or(in[1])}; }},
+      {"bitwise_xor", [](Ins& in, const json&) -> Outs { return {in[0].bitwise_xor(in[1])}; }},
+      UNARY(bitwise_not),
+      {"masked_fill", [](Ins& in, const json& a) -> Outs {
+         if (in.size() == 3) return {in[0].masked_fill(in[1], in[2])};
+         return {in[0].masked_fill(in[1], dbl(a.at("value")))};
+       }},
       CMP(lt), CMP(le), CMP(gt), CMP(ge), CMP(eq), CMP(ne),
       {"logical_and", [](Ins& in, const json&) -> Outs { return {in[0].logical_and(in[1])}; }},
       {"logical_or", [](Ins& in, const json&) -> Outs { return {in[0].logical_or(in[1])}; }},

@@ -156,6 +156,10 @@ def rnd(shape, dt, kind="normal", lo=None, hi=None):
     elif kind == "distinct":  # a permutation of distinct values, exactly representable
         n = math.prod(shape)
         x = (torch.randperm(n, generator=GEN).to(torch.float64) - n // 2).reshape(shape) * 0.5
+    elif kind == "unit":  # (-1, 1): the domain of asin, acos, atanh
+        x = torch.rand(shape, generator=GEN, dtype=torch.float64) * 1.98 - 0.99
+    elif kind == "ge1":  # [1, 5): the domain of acosh
+        x = torch.rand(shape, generator=GEN, dtype=torch.float64) * 4 + 1
     elif kind == "small_int":  # floats holding small integers: exercises ties/equalities
         x = torch.randint(-3, 4, shape, generator=GEN).to(torch.float64)
     else:
@@ -1037,7 +1041,134 @@ def gen_all():
          upcast=False)
     case("cast", "F32->I64.dynamic", [Inp(rnd((5, 3), "F32") * 5, sym={0: "seq"})], lambda v: v[0].long(),
          args={"dtype": "I64"}, upcast=False)
+    gen_more_elementwise()
     return CASES
+
+
+# Values where the naive formulas lose accuracy or sign: tiny, near 1, large, signed zeros.
+NEAR = [1e-30, -1e-30, 1e-10, -1e-10, 1e-5, -1e-5, 0.3, -0.7, 0.999, -0.999, 1.0, -1.0, 1.5, 30.0, -30.0,
+        88.0, 89.0, -89.0, 1e10, 1e30, 3e38]
+
+
+def near(dt):
+    return torch.tensor(NEAR, dtype=torch.float64).to(TD[dt])
+
+
+def gen_more_elementwise():
+    """The functions PyTorch users reach for beyond the basics (issue 11 item 5)."""
+    unary = {
+        "log1p": (torch.log1p, "pos"), "expm1": (torch.expm1, "normal"), "log10": (torch.log10, "pos"),
+        "trunc": (torch.trunc, "normal"), "asin": (torch.asin, "unit"), "acos": (torch.acos, "unit"),
+        "atan": (torch.atan, "normal"), "sinh": (torch.sinh, "normal"), "cosh": (torch.cosh, "normal"),
+        "asinh": (torch.asinh, "normal"), "acosh": (torch.acosh, "ge1"), "atanh": (torch.atanh, "unit"),
+        "selu": (F.selu, "normal"), "mish": (F.mish, "normal"), "hardswish": (F.hardswish, "normal"),
+        "hardsigmoid": (F.hardsigmoid, "normal"), "logsigmoid": (F.logsigmoid, "normal"),
+        "softsign": (F.softsign, "normal"),
+    }
+    for op, (fn, kind) in unary.items():
+        ints = ("I32", "I64") if op not in ("trunc", "selu", "mish", "hardswish", "hardsigmoid", "logsigmoid",
+                                            "softsign") else (("I32", "I64") if op == "trunc" else ())
+        gen_unary(op, lambda v, fn=fn: fn(v[0]), kind=kind, int_dtypes=ints)
+        for dt in ("F32", "F64"):
+            # tol_scale 0: a purely relative tolerance, so tiny results must be accurate too.
+            case(op, f"{dt}.near", [near(dt)], lambda v, fn=fn: fn(v[0]), tol_scale=0)
+            case(op, f"{dt}.near_neg", [-near(dt)], lambda v, fn=fn: fn(v[0]), tol_scale=0)
+    for dt in ("F16", "BF16"):
+        for op in ("log1p", "expm1", "asinh", "atanh", "sinh"):
+            case(op, f"{dt}.near", [torch.tensor([1e-3, -1e-3, 0.25, -0.5, 0.9, 2.0, 8.0], dtype=TD[dt])],
+                 lambda v, op=op: getattr(torch, op)(v[0]))
+    case("trunc", "F32.halves", [torch.tensor([-2.5, -1.5, -0.5, 0.5, 1.5, 2.5, -0.0, -3.99, 1e7 + 0.5])],
+         lambda v: torch.trunc(v[0]))
+    gen_unary("relu6", lambda v: F.relu6(v[0]), int_dtypes=("I32", "I64"))
+    for op, fn in (("isnan", torch.isnan), ("isinf", torch.isinf), ("isfinite", torch.isfinite)):
+        for dt in FLOATS:
+            case(op, f"{dt}.special", [special(dt)], lambda v, fn=fn: fn(v[0]))
+        case(op, "F32.transposed", [Inp(special("F32").reshape(2, 5), T01)], lambda v, fn=fn: fn(v[0]))
+        case(op, "F32.dynamic", [Inp(special("F32").reshape(5, 2), sym={0: "seq"})], lambda v, fn=fn: fn(v[0]))
+        for dt in ("I32", "U8", "Bool"):
+            case(op, f"{dt}.2d", [rnd((3, 4), dt)], lambda v, fn=fn: fn(v[0]))
+    for dt in FLOATS:
+        # Native dtype: in float64 the default posinf would be float64's max (inf once rounded).
+        case("nan_to_num", f"{dt}.default", [special(dt)], lambda v: torch.nan_to_num(v[0]), upcast=False)
+    case("nan_to_num", "F32.values", [special("F32")], lambda v: torch.nan_to_num(v[0], 1.5, 100.0, -7.0),
+         args={"nan": 1.5, "posinf": 100.0, "neginf": -7.0})
+    case("nan_to_num", "F32.transposed", [Inp(special("F32").reshape(2, 5), T01)], lambda v: torch.nan_to_num(v[0]),
+         upcast=False)
+    case("nan_to_num", "I32.2d", [rnd((3, 4), "I32")], lambda v: torch.nan_to_num(v[0]))
+    for op, fn, args in (("elu", lambda x: F.elu(x), {}), ("elu", lambda x: F.elu(x, 0.5), {"alpha": 0.5}),
+                         ("celu", lambda x: F.celu(x, 2.0), {"alpha": 2.0}),
+                         ("hardtanh", lambda x: F.hardtanh(x), {}),
+                         ("hardtanh", lambda x: F.hardtanh(x, -0.5, 2.0), {"min": -0.5, "max": 2.0})):
+        tag = "default" if not args else "_".join(f"{k}{v}" for k, v in args.items())
+        for dt in FLOATS:
+            case(op, f"{dt}.{tag}", [rnd((3, 5), dt)], lambda v, fn=fn: fn(v[0]), args=args)
+        case(op, f"F32.{tag}_special", [special("F32")], lambda v, fn=fn: fn(v[0]), args=args)
+        case(op, f"F32.{tag}_transposed", [Inp(rnd((5, 3), "F32"), T01)], lambda v, fn=fn: fn(v[0]), args=args)
+        case(op, f"F32.{tag}_wide", [rnd((24,), "F32", "uniform", lo=-40, hi=40)], lambda v, fn=fn: fn(v[0]), args=args)
+    case("hardtanh", "I32.2d", [rnd((3, 4), "I32")], lambda v: F.hardtanh(v[0], -2, 3), args={"min": -2, "max": 3})
+    for dt in FLOATS:
+        case("glu", f"{dt}.axis-1", [rnd((3, 6), dt)], lambda v: F.glu(v[0], -1), args={"axis": -1})
+    case("glu", "F32.axis0", [rnd((4, 3), "F32")], lambda v: F.glu(v[0], 0), args={"axis": 0})
+    case("glu", "F32.transposed", [Inp(rnd((4, 3), "F32"), T01)], lambda v: F.glu(v[0], 1), args={"axis": 1})
+    case("glu", "F32.dynamic", [Inp(rnd((5, 4), "F32"), sym={0: "seq"})], lambda v: F.glu(v[0], 1), args={"axis": 1})
+
+    # fmod: the sign follows the dividend (torch.fmod), unlike remainder.
+    gen_binary("fmod", lambda v: torch.fmod(v[0], v[1]), dtypes=FLOATS + ["I32", "I64", "I8"], nonzero_b=True,
+               scalars=(3.0, -2.5), specials=False)
+    case("fmod", "I32.signs", [torch.tensor([7, -7, 7, -7, 0, 6, -6], dtype=torch.int32),
+                               torch.tensor([3, 3, -3, -3, 5, -4, 3], dtype=torch.int32)], lambda v: torch.fmod(v[0], v[1]))
+    case("fmod", "F32.signs", [torch.tensor([7.5, -7.5, 7.5, -7.5, -0.0, 0.0, -1e-30, 5.0]),
+                               torch.tensor([2.0, 2.0, -2.0, -2.0, 3.0, -3.0, 1.0, 2.5])], lambda v: torch.fmod(v[0], v[1]))
+    case("fmod", "F32.special", [special("F32").repeat_interleave(10), special("F32").repeat(10)],
+         lambda v: torch.fmod(v[0], v[1]))
+    case("fmod", "I64.large", [torch.tensor([2**60 + 7, -(2**60) - 3, -5], dtype=torch.int64),
+                               torch.tensor([3, 7, 2], dtype=torch.int64)], lambda v: torch.fmod(v[0], v[1]))
+    # atan2: every quadrant, the axes, signed zeros and infinities.
+    gen_binary("atan2", lambda v: torch.atan2(v[0], v[1]), dtypes=FLOATS + ["I32"], scalars=(), specials=False)
+    for dt in ("F32", "F64"):
+        sp = special(dt)
+        case("atan2", f"{dt}.special_x_special", [sp.repeat_interleave(len(SPECIAL)), sp.repeat(len(SPECIAL))],
+             lambda v: torch.atan2(v[0], v[1]))
+        case("atan2", f"{dt}.scales", [near(dt), near(dt).flip(0)], lambda v: torch.atan2(v[0], v[1]), tol_scale=0)
+    for op, fn in (("asin", torch.asin), ("acos", torch.acos), ("atanh", torch.atanh), ("acosh", torch.acosh)):
+        case(op, "F32.edges", [torch.tensor([1.0, -1.0, 0.0, -0.0, 1.0000001, -1.5, 0.9999999, 2.0])],
+             lambda v, fn=fn: fn(v[0]))
+
+    # logic
+    for dt in ("Bool", "I32", "F32"):
+        case("logical_xor", f"{dt}.same", [rnd((3, 4), dt), rnd((3, 4), dt)], lambda v: torch.logical_xor(v[0], v[1]))
+    case("logical_xor", "F32.special", [special("F32"), special("F32").flip(0)], lambda v: torch.logical_xor(v[0], v[1]))
+    case("logical_xor", "Bool.bcast", [rnd((3, 1), "Bool"), rnd((4,), "Bool")], lambda v: torch.logical_xor(v[0], v[1]))
+    ints_full = {"I8": (-128, 128), "U8": (0, 256), "I32": (-2**31, 2**31), "I64": (-2**62, 2**62)}
+    for op, fn in (("bitwise_and", torch.bitwise_and), ("bitwise_or", torch.bitwise_or),
+                   ("bitwise_xor", torch.bitwise_xor)):
+        for dt, (lo, hi) in ints_full.items():
+            case(op, f"{dt}.full_range", [torch.randint(lo, hi, (3, 5), generator=GEN, dtype=TD[dt]),
+                                          torch.randint(lo, hi, (3, 5), generator=GEN, dtype=TD[dt])],
+                 lambda v, fn=fn: fn(v[0], v[1]))
+        case(op, "I64.extremes", [torch.tensor([-2**63, 2**63 - 1, -1, 0, 2**62, -2**62, 12345], dtype=torch.int64),
+                                  torch.tensor([-1, -1, 2**63 - 1, -1, 2**62 + 1, -2**63, -12345], dtype=torch.int64)],
+             lambda v, fn=fn: fn(v[0], v[1]))
+        case(op, "Bool.same", [rnd((3, 4), "Bool"), rnd((3, 4), "Bool")], lambda v, fn=fn: fn(v[0], v[1]))
+        case(op, "I32.bcast_transposed", [Inp(rnd((4, 3), "I32", lo=-50, hi=50), T01), rnd((4,), "I32", lo=-50, hi=50)],
+             lambda v, fn=fn: fn(v[0], v[1]))
+        case(op, "I64xI32.mixed", [rnd((3, 4), "I64", lo=-50, hi=50), rnd((3, 4), "I32", lo=-50, hi=50)],
+             lambda v, fn=fn: fn(v[0], v[1]))
+    for dt, (lo, hi) in ints_full.items():
+        case("bitwise_not", f"{dt}.full_range", [torch.randint(lo, hi, (3, 5), generator=GEN, dtype=TD[dt])],
+             lambda v: torch.bitwise_not(v[0]))
+    case("bitwise_not", "Bool.2d", [rnd((3, 4), "Bool")], lambda v: torch.bitwise_not(v[0]))
+    for dt in ("F32", "I64", "Bool", "F16"):
+        case("masked_fill", f"{dt}.scalar", [rnd((3, 4), dt), rnd((3, 4), "Bool")],
+             lambda v: v[0].masked_fill(v[1], 1 if v[0].dtype == torch.bool else 3), args={"value": 3.0 if dt != "Bool" else 1.0})
+    case("masked_fill", "F32.neg_inf_bcast", [rnd((2, 3, 4), "F32"), rnd((3, 1), "Bool")],
+         lambda v: v[0].masked_fill(v[1], float("-inf")), args={"value": float("-inf")})
+    case("masked_fill", "F32.tensor_value", [rnd((3, 4), "F32"), rnd((3, 4), "Bool"), torch.tensor(2.5)],
+         lambda v: v[0].masked_fill(v[1], v[2]))
+    case("masked_fill", "F32.transposed", [Inp(rnd((4, 3), "F32"), T01), rnd((3, 4), "Bool")],
+         lambda v: v[0].masked_fill(v[1], -1.0), args={"value": -1.0})
+    case("masked_fill", "F32.dynamic", [Inp(rnd((5, 3), "F32"), sym={0: "seq"}), rnd((3,), "Bool")],
+         lambda v: v[0].masked_fill(v[1], 0.5), args={"value": 0.5})
 
 
 # ----------------------------------------------------------------------------------------
@@ -1258,17 +1389,21 @@ OPS = list(dict.fromkeys(c.op for c in ALL_CASES))
 
 
 @pytest.fixture(scope="session")
-def parity_results():
+def parity_results(request):
     if not RUNNER.is_file():
         pytest.fail(f"{RUNNER} not found: build it (cmake --build build/release) or set LUMINAL_BIN_DIR")
+    # Only the ops pytest selected (-k), unless docs/ops.md is being written.
+    selected = {item.callspec.params["op"] for item in request.session.items
+                if getattr(item, "function", None) is test_op}
+    cases = ALL_CASES if os.environ.get("LUMINAL_WRITE_OPS_MD") == "1" else [c for c in ALL_CASES if c.op in selected]
     with tempfile.TemporaryDirectory() as d:
-        raw = run_runner(ALL_CASES, Path(d))
-    for c in ALL_CASES:
+        raw = run_runner(cases, Path(d))
+    for c in cases:
         got, error = raw[c.id]
         c.result = evaluate(c, got, error)
     if os.environ.get("LUMINAL_WRITE_OPS_MD") == "1":
         write_ops_md(ALL_CASES)
-    return {c.id: c.result for c in ALL_CASES}
+    return {c.id: c.result for c in cases}
 
 
 @pytest.mark.parametrize("op", OPS)
