@@ -34,6 +34,8 @@ using namespace luminal;
 namespace {
 
 bool g_search = false;  // --search: compile with the default CompileOptions
+Graph* g_graph = nullptr;  // the graph of the case being built (ops without inputs create in it)
+Graph* current_graph() { return g_graph; }
 
 using Ins = std::vector<GraphTensor>;
 using Outs = std::vector<GraphTensor>;
@@ -197,6 +199,102 @@ const std::map<std::string, OpFn>& registry() {
       {"rms_norm", [](Ins& in, const json& a) -> Outs {
          return {in[0].rms_norm(a.at("normalized_rank"), opt_input(in, 1), arg(a, "eps", 1e-6))};
        }},
+      {"cumprod", [](Ins& in, const json& a) -> Outs { return {in[0].cumprod(a.at("axis"))}; }},
+      {"cummax", [](Ins& in, const json& a) -> Outs {
+         auto [v, i] = in[0].cummax(a.at("axis"));
+         return {v, i};
+       }},
+      {"cummin", [](Ins& in, const json& a) -> Outs {
+         auto [v, i] = in[0].cummin(a.at("axis"));
+         return {v, i};
+       }},
+      {"logcumsumexp", [](Ins& in, const json& a) -> Outs { return {in[0].logcumsumexp(a.at("axis"))}; }},
+      REDUCE(any), REDUCE(all),
+      {"norm", [](Ins& in, const json& a) -> Outs {
+         return {in[0].norm(arg(a, "p", 2.0), arg(a, "axes", std::vector<int>{}), arg(a, "keepdim", false))};
+       }},
+      {"median", [](Ins& in, const json& a) -> Outs {
+         auto [v, i] = in[0].median(arg(a, "axis", -1), arg(a, "keepdim", false));
+         return {v, i};
+       }},
+      {"kthvalue", [](Ins& in, const json& a) -> Outs {
+         auto [v, i] = in[0].kthvalue(a.at("k"), arg(a, "axis", -1), arg(a, "keepdim", false));
+         return {v, i};
+       }},
+      {"quantile", [](Ins& in, const json& a) -> Outs {
+         return {in[0].quantile(dbl(a.at("q")), arg(a, "axis", -1), arg(a, "keepdim", false),
+                                arg(a, "interpolation", std::string("linear")))};
+       }},
+      {"group_norm", [](Ins& in, const json& a) -> Outs {
+         return {in[0].group_norm(a.at("groups"), opt_input(in, 1), opt_input(in, 2), arg(a, "eps", 1e-5))};
+       }},
+      {"batch_norm", [](Ins& in, const json& a) -> Outs {
+         bool stats = arg(a, "running", true);
+         size_t k = stats ? 3 : 1;
+         return {in[0].batch_norm(stats ? opt_input(in, 1) : std::nullopt, stats ? opt_input(in, 2) : std::nullopt,
+                                  opt_input(in, k), opt_input(in, k + 1), arg(a, "eps", 1e-5))};
+       }},
+      {"normalize", [](Ins& in, const json& a) -> Outs {
+         return {in[0].normalize(arg(a, "p", 2.0), arg(a, "axis", 1), arg(a, "eps", 1e-12))};
+       }},
+      {"cross_entropy", [](Ins& in, const json& a) -> Outs {
+         return {in[0].cross_entropy(in[1], opt_input(in, 2), arg<int64_t>(a, "ignore_index", -100),
+                                     arg(a, "reduction", std::string("mean")), arg(a, "label_smoothing", 0.0))};
+       }},
+      // Statistics of a random op, compared with their expected values: [mean, var, lag-1
+      // correlation, fraction equal on a rerun with the same seed, fraction equal with seed + 1].
+      {"rand_stats", [](Ins&, const json& a) -> Outs {
+         Graph& g = *current_graph();
+         Shape shape = to_shape(a.at("shape"));
+         uint64_t seed = a.at("seed");
+         DType dt = parse_dtype(a.at("dtype").get<std::string>());
+         bool normal = arg(a, "normal", false);
+         auto make = [&](uint64_t s) { return normal ? randn(g, shape, s, dt) : rand(g, shape, s, dt); };
+         GraphTensor x = make(seed).cast(DType::F64).reshape({-1});
+         GraphTensor mean = x.mean({});
+         GraphTensor c = x - mean;
+         GraphTensor var = (c * c).mean({});
+         Expression n = x.dim(0);
+         GraphTensor lag = (c.slice(0, Expression(0), n - 1) * c.slice(0, Expression(1), n)).mean({}) / var;
+         GraphTensor same = make(seed).eq(make(seed)).cast(DType::F64).mean({});
+         GraphTensor other = make(seed).eq(make(seed + 1)).cast(DType::F64).mean({});
+         // In range: [min >= lo, max < hi] (1 or 0); NaN fails both.
+         GraphTensor y = make(seed);
+         GraphTensor lo = y.min({}).ge(normal ? -7.0 : 0.0).cast(DType::F64);
+         GraphTensor hi = y.max({}).lt(normal ? 7.0 : 1.0).cast(DType::F64);
+         return {GraphTensor::stack({mean, var, lag, same, other}, 0), GraphTensor::stack({lo, hi}, 0)};
+       }},
+      // Dropout while training: [fraction zeroed, max |kept - x / (1 - p)|].
+      {"dropout_stats", [](Ins& in, const json& a) -> Outs {
+         double p = dbl(a.at("p"));
+         GraphTensor y = in[0].dropout(p, true, a.at("seed")).cast(DType::F64);
+         GraphTensor x = in[0].cast(DType::F64);
+         GraphTensor zeroed = y.eq(0.0);
+         GraphTensor diff = GraphTensor::where(zeroed, scalar_like(y, 0), (y - x / (1.0 - p)).abs());
+         return {GraphTensor::stack({zeroed.cast(DType::F64).mean({}), diff.max({})}, 0)};
+       }},
+      {"dropout", [](Ins& in, const json& a) -> Outs {
+         return {in[0].dropout(arg(a, "p", 0.5), arg(a, "training", false), arg<uint64_t>(a, "seed", 0))};
+       }},
+      {"full", [](Ins&, const json& a) -> Outs {
+         return {full(*current_graph(), to_shape(a.at("shape")), dbl(a.at("value")),
+                      parse_dtype(a.at("dtype").get<std::string>()))};
+       }},
+      {"zeros", [](Ins&, const json& a) -> Outs {
+         return {zeros(*current_graph(), to_shape(a.at("shape")), parse_dtype(a.at("dtype").get<std::string>()))};
+       }},
+      {"ones", [](Ins&, const json& a) -> Outs {
+         return {ones(*current_graph(), to_shape(a.at("shape")), parse_dtype(a.at("dtype").get<std::string>()))};
+       }},
+      {"eye", [](Ins&, const json& a) -> Outs {
+         std::optional<Expression> m;
+         if (a.contains("m")) m = to_expr(a.at("m"));
+         return {eye(*current_graph(), to_expr(a.at("n")), m, parse_dtype(a.at("dtype").get<std::string>()))};
+       }},
+      {"linspace", [](Ins&, const json& a) -> Outs {
+         return {linspace(*current_graph(), dbl(a.at("start")), dbl(a.at("end")), a.at("steps"),
+                          parse_dtype(a.at("dtype").get<std::string>()))};
+       }},
       // ---- linear algebra, convolution, pooling ----
       {"matmul", [](Ins& in, const json&) -> Outs { return {in[0].matmul(in[1])}; }},
       {"linear", [](Ins& in, const json&) -> Outs { return {in[0].linear(in[1], opt_input(in, 2))}; }},
@@ -254,6 +352,23 @@ const std::map<std::string, OpFn>& registry() {
       {"chunk", [](Ins& in, const json& a) -> Outs { return in[0].chunk(a.at("chunks"), a.at("axis")); }},
       {"repeat", [](Ins& in, const json& a) -> Outs { return {in[0].repeat(to_shape(a.at("times")))}; }},
       {"flip", [](Ins& in, const json& a) -> Outs { return {in[0].flip(ints(a.at("dims")))}; }},
+      {"roll", [](Ins& in, const json& a) -> Outs {
+         return {in[0].roll(a.at("shifts").get<std::vector<int64_t>>(), arg(a, "axes", std::vector<int>{}))};
+       }},
+      {"movedim", [](Ins& in, const json& a) -> Outs {
+         return {in[0].movedim(ints(a.at("source")), ints(a.at("destination")))};
+       }},
+      {"unbind", [](Ins& in, const json& a) -> Outs { return in[0].unbind(arg(a, "axis", 0)); }},
+      {"repeat_interleave", [](Ins& in, const json& a) -> Outs {
+         std::optional<int> axis;
+         if (a.contains("axis")) axis = a.at("axis").get<int>();
+         return {in[0].repeat_interleave(a.at("repeats"), axis)};
+       }},
+      {"unfold", [](Ins& in, const json& a) -> Outs {
+         return {in[0].unfold(a.at("axis"), a.at("size"), a.at("step"))};
+       }},
+      {"pixel_shuffle", [](Ins& in, const json& a) -> Outs { return {in[0].pixel_shuffle(a.at("r"))}; }},
+      {"pixel_unshuffle", [](Ins& in, const json& a) -> Outs { return {in[0].pixel_unshuffle(a.at("r"))}; }},
       {"tril", [](Ins& in, const json& a) -> Outs { return {in[0].tril(arg<int64_t>(a, "diagonal", 0))}; }},
       {"triu", [](Ins& in, const json& a) -> Outs { return {in[0].triu(arg<int64_t>(a, "diagonal", 0))}; }},
       // ---- indexing, sorting ----
@@ -309,6 +424,7 @@ std::vector<std::pair<std::string, HostTensor>> run_case(const json& c, const Sa
   auto it = registry().find(op);
   LUMINAL_CHECK(it != registry().end(), "unknown op '", op, "'");
   Graph cx;
+  g_graph = &cx;
   DimMap dims;
   if (c.contains("dims"))
     for (auto& [k, v] : c["dims"].items()) {

@@ -160,6 +160,9 @@ def rnd(shape, dt, kind="normal", lo=None, hi=None):
         x = torch.rand(shape, generator=GEN, dtype=torch.float64) * 1.98 - 0.99
     elif kind == "ge1":  # [1, 5): the domain of acosh
         x = torch.rand(shape, generator=GEN, dtype=torch.float64) * 4 + 1
+    elif kind == "uniform_pm":  # [-1.5, -0.5] U [0.5, 1.5]: products neither blow up nor vanish
+        x = (torch.rand(shape, generator=GEN, dtype=torch.float64) + 0.5) * torch.where(
+            torch.rand(shape, generator=GEN) < 0.5, -1.0, 1.0).double()
     elif kind == "small_int":  # floats holding small integers: exercises ties/equalities
         x = torch.randint(-3, 4, shape, generator=GEN).to(torch.float64)
     else:
@@ -1042,6 +1045,8 @@ def gen_all():
     case("cast", "F32->I64.dynamic", [Inp(rnd((5, 3), "F32") * 5, sym={0: "seq"})], lambda v: v[0].long(),
          args={"dtype": "I64"}, upcast=False)
     gen_more_elementwise()
+    gen_more_reductions()
+    gen_more_movement()
     return CASES
 
 
@@ -1169,6 +1174,250 @@ def gen_more_elementwise():
          lambda v: v[0].masked_fill(v[1], -1.0), args={"value": -1.0})
     case("masked_fill", "F32.dynamic", [Inp(rnd((5, 3), "F32"), sym={0: "seq"}), rnd((3,), "Bool")],
          lambda v: v[0].masked_fill(v[1], 0.5), args={"value": 0.5})
+
+
+def gen_more_reductions():
+    """Scans, order statistics, norms, normalisations, losses, creation and random numbers."""
+    gen_axis_op("cumprod", lambda x, axis: torch.cumprod(x, dim=axis), kind="uniform_pm", int_dtypes=("I32", "I64"),
+                tol_scale=3)
+    case("cumprod", "F32.zero_inf_nan", [torch.tensor([[2.0, 0.0, float("inf"), 3.0], [-1.5, float("nan"), 2.0, 1.0]])],
+         lambda v: torch.cumprod(v[0], dim=1), args={"axis": 1})
+    case("cumprod", "Bool.axis-1", [rnd((3, 5), "Bool")], lambda v: torch.cumprod(v[0], dim=-1), args={"axis": -1})
+    case("cumprod", "I64.large", [torch.tensor([[1000003, -1000033, 999983, 7]], dtype=torch.int64)],
+         lambda v: torch.cumprod(v[0], dim=1), args={"axis": 1})
+    for op, fn in (("cummax", torch.cummax), ("cummin", torch.cummin)):
+        gen_axis_op(op, lambda x, axis, fn=fn: tuple(fn(x, dim=axis)), kind="distinct", int_dtypes=("I32", "I64", "U8"))
+        case(op, "F32.ties_nan", [torch.tensor([[1.0, 3.0, 3.0, 2.0, float("nan"), 5.0, float("nan"), 1.0],
+                                                [-1.0, -1.0, 4.0, 4.0, float("-inf"), float("inf"), 0.0, -0.0]])],
+             lambda v, fn=fn: tuple(fn(v[0], dim=1)), args={"axis": 1})
+        case(op, "I32.ties", [torch.tensor([[2, 2, 1, 5, 5, 0]], dtype=torch.int32)], lambda v, fn=fn: tuple(fn(v[0], dim=1)),
+             args={"axis": 1})
+    gen_axis_op("logcumsumexp", lambda x, axis: torch.logcumsumexp(x, dim=axis), tol_scale=2.5)
+    case("logcumsumexp", "F32.special", [torch.tensor([[float("-inf"), 1.0, float("inf"), 2.0],
+                                                       [float("-inf"), float("-inf"), 1000.0, -1000.0],
+                                                       [0.0, float("nan"), 1.0, 2.0]])],
+         lambda v: torch.logcumsumexp(v[0], dim=1), args={"axis": 1})
+
+    for op, fn in (("any", torch.any), ("all", torch.all)):
+        def red(x, axes, keepdim, fn=fn):
+            axes = sorted(a % x.dim() for a in (axes or range(x.dim())))
+            for a in reversed(axes):
+                x = fn(x, dim=a, keepdim=keepdim)
+            return x
+        for dt in ("Bool", "F32", "I32", "U8", "F16"):
+            t = rnd((4, 6), dt)
+            if dt != "Bool":
+                t = t * (rnd((4, 6), "Bool") if dt != "F16" else rnd((4, 6), "Bool").to(TD[dt]))
+            case(op, f"{dt}.axis1", [t], lambda v, red=red: red(v[0], [1], False), args={"axes": [1]})
+        case(op, "Bool.all", [rnd((3, 4), "Bool")], lambda v, red=red: red(v[0], [], False), args={"axes": []})
+        case(op, "Bool.all_true", [torch.ones((2, 3), dtype=torch.bool)], lambda v, red=red: red(v[0], [1], True),
+             args={"axes": [1], "keepdim": True})
+        case(op, "F32.special", [special("F32").reshape(2, 5)], lambda v, red=red: red(v[0], [1], False), args={"axes": [1]})
+        case(op, "Bool.transposed", [Inp(rnd((5, 3), "Bool"), T01)], lambda v, red=red: red(v[0], [1], False),
+             args={"axes": [1]})
+        case(op, "Bool.dynamic", [Inp(rnd((3, 7), "Bool"), sym={1: "seq"})], lambda v, red=red: red(v[0], [1], False),
+             args={"axes": [1]})
+
+    import torch.linalg as LA
+    for p in (2.0, 1.0, float("inf"), float("-inf"), 0.0, 3.0, 0.5):
+        for dt in (FLOATS if p == 2.0 else ["F32"]):
+            case("norm", f"{dt}.p{p}", [rnd((4, 6), dt)], lambda v, p=p: LA.vector_norm(v[0], ord=p, dim=[1]),
+                 args={"p": p, "axes": [1]}, tol_scale=3)
+    case("norm", "F32.all", [rnd((3, 4), "F32")], lambda v: LA.vector_norm(v[0]), args={}, tol_scale=4)
+    case("norm", "F32.axes02_keepdim", [rnd((2, 3, 4), "F32")], lambda v: LA.vector_norm(v[0], dim=[0, 2], keepdim=True),
+         args={"axes": [0, 2], "keepdim": True}, tol_scale=3)
+    case("norm", "F32.transposed", [Inp(rnd((6, 4), "F32"), T01)], lambda v: LA.vector_norm(v[0], dim=[1]),
+         args={"axes": [1]}, tol_scale=3)
+    case("norm", "F32.dynamic", [Inp(rnd((3, 7), "F32"), sym={1: "seq"})], lambda v: LA.vector_norm(v[0], dim=[1]),
+         args={"axes": [1]}, tol_scale=3)
+    case("norm", "F32.special", [special("F32").reshape(2, 5)], lambda v: LA.vector_norm(v[0], dim=[1]),
+         args={"axes": [1]})
+
+    def med(x, axis, keepdim=False):
+        return tuple(torch.median(x, dim=axis, keepdim=keepdim))
+    for dt in FLOATS + ["I32", "I64"]:
+        case("median", f"{dt}.axis-1", [rnd((4, 7), dt, "distinct")], lambda v: med(v[0], -1), args={"axis": -1})
+    case("median", "F32.even_axis0_keepdim", [rnd((6, 3), "F32", "distinct")], lambda v: med(v[0], 0, True),
+         args={"axis": 0, "keepdim": True})
+    case("median", "F32.nan", [torch.tensor([[3.0, 1.0, float("nan"), 2.0], [4.0, 1.0, 2.0, 3.0],
+                                             [float("nan"), 1.0, float("nan"), 0.0]])], lambda v: med(v[0], 1), args={"axis": 1})
+    case("median", "F32.transposed", [Inp(rnd((5, 3), "F32", "distinct"), T01)], lambda v: med(v[0], 1), args={"axis": 1})
+    case("median", "F32.dynamic", [Inp(rnd((2, 7), "F32", "distinct"), sym={1: "seq"})], lambda v: med(v[0], 1),
+         args={"axis": 1})
+    for k in (1, 3, 7):
+        case("kthvalue", f"F32.k{k}", [rnd((3, 7), "F32", "distinct")],
+             lambda v, k=k: tuple(torch.kthvalue(v[0], k, dim=-1)), args={"k": k})
+    case("kthvalue", "I64.axis0_keepdim", [rnd((5, 3), "I64", "distinct")],
+         lambda v: tuple(torch.kthvalue(v[0], 2, dim=0, keepdim=True)), args={"k": 2, "axis": 0, "keepdim": True})
+    case("kthvalue", "F16.axis-1", [rnd((3, 6), "F16", "distinct")], lambda v: tuple(torch.kthvalue(v[0].float(), 4, dim=-1)) if False
+         else tuple(torch.kthvalue(v[0], 4, dim=-1)), args={"k": 4})
+    case("kthvalue", "F32.transposed", [Inp(rnd((5, 3), "F32", "distinct"), T01)],
+         lambda v: tuple(torch.kthvalue(v[0], 2, dim=1)), args={"k": 2, "axis": 1})
+    for q in (0.0, 0.3, 0.5, 0.75, 1.0):
+        for interp in (("linear", "lower", "higher", "midpoint", "nearest") if q == 0.3 else ("linear",)):
+            case("quantile", f"F32.q{q}_{interp}", [rnd((3, 6), "F32")],
+                 lambda v, q=q, interp=interp: torch.quantile(v[0], q, dim=-1, interpolation=interp),
+                 args={"q": q, "interpolation": interp})
+    case("quantile", "F64.q0.4", [rnd((3, 6), "F64")], lambda v: torch.quantile(v[0], 0.4, dim=-1), args={"q": 0.4})
+    for dt in ("F16", "BF16"):  # torch.quantile refuses half types: the reference is F32, rounded
+        case("quantile", f"{dt}.q0.4", [rnd((3, 6), dt)], lambda v: torch.quantile(v[0].float(), 0.4, dim=-1).to(v[0].dtype),
+             args={"q": 0.4}, upcast=False)
+    case("quantile", "F32.nan_keepdim", [torch.tensor([[3.0, 1.0, float("nan"), 2.0], [4.0, 1.0, 2.0, 3.0]])],
+         lambda v: torch.quantile(v[0], 0.5, dim=1, keepdim=True), args={"q": 0.5, "axis": 1, "keepdim": True})
+    case("quantile", "F32.transposed_axis0", [Inp(rnd((5, 4), "F32"), T01)], lambda v: torch.quantile(v[0], 0.6, dim=0),
+         args={"q": 0.6, "axis": 0})
+
+    for dt in FLOATS:
+        case("group_norm", f"{dt}.wb", [rnd((2, 6, 5), dt), rnd((6,), dt), rnd((6,), dt)],
+             lambda v: F.group_norm(v[0], 3, v[1], v[2]), args={"groups": 3}, tol_scale=2)
+    case("group_norm", "F32.4d_plain", [rnd((2, 4, 3, 3), "F32")], lambda v: F.group_norm(v[0], 2),
+         args={"groups": 2}, tol_scale=2)
+    case("group_norm", "F32.one_group_eps", [rnd((2, 4, 5), "F32"), rnd((4,), "F32"), rnd((4,), "F32")],
+         lambda v: F.group_norm(v[0], 1, v[1], v[2], eps=1e-3), args={"groups": 1, "eps": 1e-3}, tol_scale=2)
+    case("group_norm", "F32.transposed", [Inp(rnd((2, 5, 4), "F32"), {"kind": "transpose", "dims": [1, 2]})],
+         lambda v: F.group_norm(v[0], 2), args={"groups": 2}, tol_scale=2)
+    case("group_norm", "F32.dynamic", [Inp(rnd((2, 4, 6), "F32"), sym={2: "seq"})], lambda v: F.group_norm(v[0], 4),
+         args={"groups": 4}, tol_scale=2)
+    for dt in FLOATS:
+        case("batch_norm", f"{dt}.running", [rnd((3, 4, 5), dt), rnd((4,), dt), rnd((4,), dt, "pos"), rnd((4,), dt),
+                                             rnd((4,), dt)],
+             lambda v: F.batch_norm(v[0], v[1], v[2], v[3], v[4], training=False), args={}, tol_scale=2)
+    case("batch_norm", "F32.batch_stats", [rnd((4, 3, 5), "F32"), rnd((3,), "F32"), rnd((3,), "F32")],
+         lambda v: F.batch_norm(v[0], None, None, v[1], v[2], training=True), args={"running": False}, tol_scale=3)
+    case("batch_norm", "F32.2d_running_plain", [rnd((5, 3), "F32"), rnd((3,), "F32"), rnd((3,), "F32", "pos")],
+         lambda v: F.batch_norm(v[0], v[1], v[2], training=False, eps=1e-3), args={"eps": 1e-3}, tol_scale=2)
+    case("batch_norm", "F32.4d_dynamic", [Inp(rnd((2, 3, 4, 5), "F32"), sym={3: "w"}), rnd((3,), "F32"),
+                                          rnd((3,), "F32", "pos")],
+         lambda v: F.batch_norm(v[0], v[1], v[2], training=False), args={}, tol_scale=2)
+    for dt in FLOATS:
+        case("normalize", f"{dt}.axis1", [rnd((3, 5), dt)], lambda v: F.normalize(v[0], dim=1), args={"axis": 1},
+             tol_scale=2)
+    case("normalize", "F32.p1_axis0", [rnd((4, 3), "F32")], lambda v: F.normalize(v[0], p=1.0, dim=0),
+         args={"p": 1.0, "axis": 0}, tol_scale=2)
+    case("normalize", "F32.zero_row", [torch.tensor([[0.0, 0.0, 0.0], [1.0, -2.0, 2.0]])], lambda v: F.normalize(v[0], dim=1),
+         args={"axis": 1})
+    case("normalize", "F32.transposed", [Inp(rnd((5, 3), "F32"), T01)], lambda v: F.normalize(v[0], dim=-1),
+         args={"axis": -1}, tol_scale=2)
+
+    def ce(v, **kw):
+        return F.cross_entropy(v[0], v[1], v[2] if len(v) > 2 else None, **kw)
+    tgt = torch.tensor([1, 0, 4, 4, 2, 3], dtype=torch.int64)
+    for dt in FLOATS:
+        case("cross_entropy", f"{dt}.mean", [rnd((6, 5), dt), tgt], lambda v: ce(v), tol_scale=3)
+    for red in ("sum", "none"):
+        case("cross_entropy", f"F32.{red}", [rnd((6, 5), "F32"), tgt], lambda v, red=red: ce(v, reduction=red),
+             args={"reduction": red}, tol_scale=3)
+    ign = torch.tensor([1, -100, 4, 4, -100, 3], dtype=torch.int64)
+    case("cross_entropy", "F32.ignore_weight", [rnd((6, 5), "F32"), ign, rnd((5,), "F32", "pos")], lambda v: ce(v),
+         tol_scale=3)
+    # luminal takes any integer target (torch wants int64).
+    case("cross_entropy", "F32.ignore_index4_I32", [rnd((6, 5), "F32"), tgt.to(torch.int32)],
+         lambda v: ce([v[0], v[1].long()], ignore_index=4), args={"ignore_index": 4}, tol_scale=3)
+    for red in ("mean", "sum", "none"):
+        case("cross_entropy", f"F32.smooth_weight_{red}", [rnd((6, 5), "F32"), ign, rnd((5,), "F32", "pos")],
+             lambda v, red=red: ce(v, reduction=red, label_smoothing=0.2), args={"reduction": red, "label_smoothing": 0.2},
+             tol_scale=3)
+    case("cross_entropy", "F32.smooth_mean", [rnd((6, 5), "F32"), ign], lambda v: ce(v, label_smoothing=0.1),
+         args={"label_smoothing": 0.1}, tol_scale=3)
+    case("cross_entropy", "F32.spatial", [rnd((2, 4, 3, 2), "F32"), torch.randint(0, 4, (2, 3, 2), generator=GEN)],
+         lambda v: ce(v), tol_scale=3)
+    case("cross_entropy", "F32.unbatched", [rnd((5,), "F32"), torch.tensor(3)], lambda v: ce(v), tol_scale=2)
+    case("cross_entropy", "F32.probabilities", [rnd((4, 5), "F32"), torch.softmax(rnd((4, 5), "F32"), dim=1)],
+         lambda v: ce(v), tol_scale=3)
+    case("cross_entropy", "F32.probabilities_smooth_none", [rnd((4, 5), "F32"), torch.softmax(rnd((4, 5), "F32"), dim=1)],
+         lambda v: ce(v, label_smoothing=0.3, reduction="none"), args={"label_smoothing": 0.3, "reduction": "none"},
+         tol_scale=3)
+    case("cross_entropy", "F32.transposed", [Inp(rnd((5, 6), "F32"), T01), tgt], lambda v: ce(v), tol_scale=3)
+    case("cross_entropy", "F32.large_logits", [torch.tensor([[1000.0, -1000.0, 0.0], [float("-inf"), 1.0, 2.0]]),
+                                               torch.tensor([0, 2])], lambda v: ce(v, reduction="none"),
+         args={"reduction": "none"})
+
+    # dropout: identity at inference; while training, about p of the elements are zeroed and
+    # the rest scaled by 1 / (1 - p) (compared as statistics: torch's generator differs).
+    for dt in ("F32", "F16", "I32"):
+        case("dropout", f"{dt}.eval", [rnd((3, 4), dt)], lambda v: F.dropout(v[0].float() if v[0].dtype == torch.int32
+                                                                            else v[0], 0.5, training=False).to(v[0].dtype),
+             args={"p": 0.5})
+    case("dropout_stats", "F32.p0.3", [rnd((256, 256), "F32", "pos")],
+         lambda v: torch.tensor([0.3, 0.0], dtype=torch.float64), args={"p": 0.3, "seed": 7}, upcast=False, tol_scale=1e7)
+    # rand/randn: [mean, var, lag-1 correlation, same seed equal, seed + 1 equal] of 65536
+    # samples against their expected values (atol 0.01 / 0.05: several standard errors),
+    # and [min in range, max in range], in each float dtype.
+    for dt in FLOATS:
+        for normal in (False, True):
+            expect = [0.0, 1.0, 0.0, 1.0, 0.0] if normal else [0.5, 1 / 12, 0.0, 1.0, 0.0]
+            case("randn" if normal else "rand", f"{dt}.stats", [],
+                 lambda v, e=expect: (torch.tensor(e, dtype=torch.float64), torch.ones(2, dtype=torch.float64)),
+                 args={"shape": [256, 256], "seed": 1234, "dtype": dt, "normal": normal}, runner_op="rand_stats",
+                 upcast=False, tol_scale=5e7 if normal else 1e7)
+    case("rand", "F32.seed0", [], lambda v: (torch.tensor([0.5, 1 / 12, 0.0, 1.0, 0.0], dtype=torch.float64),
+                                             torch.ones(2, dtype=torch.float64)),
+         args={"shape": [128, 512], "seed": 0, "dtype": "F32"}, runner_op="rand_stats", upcast=False, tol_scale=1e7)
+
+    for dt in ALL:
+        case("full", f"{dt}.2d", [], lambda v, dt=dt: torch.full((3, 4), 1 if dt == "Bool" else 3, dtype=TD[dt]),
+             args={"shape": [3, 4], "value": 1 if dt == "Bool" else 3, "dtype": dt})
+    case("full", "F32.neg_inf", [], lambda v: torch.full((2, 3), float("-inf")), args={"shape": [2, 3], "value": "-inf",
+                                                                                         "dtype": "F32"})
+    for op in ("zeros", "ones"):
+        for dt in ("F32", "I64", "Bool", "BF16"):
+            case(op, f"{dt}.3d", [], lambda v, op=op, dt=dt: getattr(torch, op)((2, 3, 4), dtype=TD[dt]),
+                 args={"shape": [2, 3, 4], "dtype": dt})
+    for dt in ("F32", "I64", "Bool", "F16"):
+        case("eye", f"{dt}.square", [], lambda v, dt=dt: torch.eye(4, dtype=TD[dt]), args={"n": 4, "dtype": dt})
+    case("eye", "F32.rect", [], lambda v: torch.eye(3, 5), args={"n": 3, "m": 5, "dtype": "F32"})
+    case("eye", "F32.rect_tall", [], lambda v: torch.eye(5, 2), args={"n": 5, "m": 2, "dtype": "F32"})
+    for tag, (a, b, n) in {"basic": (0.0, 1.0, 5), "neg": (-3.0, 7.5, 11), "down": (10.0, -2.0, 7), "one": (2.5, 9.0, 1),
+                           "even": (-1.0, 1.0, 8), "big": (0.0, 1e6, 13)}.items():
+        for dt in ("F32", "F64", "F16") if tag == "neg" else ("F32",):
+            case("linspace", f"{dt}.{tag}", [], lambda v, a=a, b=b, n=n, dt=dt: torch.linspace(a, b, n, dtype=TD[dt]),
+                 args={"start": a, "end": b, "steps": n, "dtype": dt}, upcast=False)
+    case("linspace", "I64.trunc", [], lambda v: torch.linspace(-3.0, 4.0, 6, dtype=torch.int64),
+         args={"start": -3.0, "end": 4.0, "steps": 6, "dtype": "I64"})
+
+
+def gen_more_movement():
+    for dt in ("F32", "I64", "Bool"):
+        case("roll", f"{dt}.axis1", [rnd((3, 5), dt)], lambda v: torch.roll(v[0], 2, 1), args={"shifts": [2], "axes": [1]})
+    case("roll", "F32.negative_two_axes", [rnd((3, 4, 5), "F32")], lambda v: torch.roll(v[0], (-1, 7), (0, 2)),
+         args={"shifts": [-1, 7], "axes": [0, 2]})
+    case("roll", "F32.flat", [rnd((3, 4), "F32")], lambda v: torch.roll(v[0], 5), args={"shifts": [5]})
+    case("roll", "F32.transposed", [Inp(rnd((4, 3), "F32"), T01)], lambda v: torch.roll(v[0], 1, 1),
+         args={"shifts": [1], "axes": [1]})
+    case("roll", "F32.dynamic", [Inp(rnd((6, 2), "F32"), sym={0: "seq"})], lambda v: torch.roll(v[0], -2, 0),
+         args={"shifts": [-2], "axes": [0]})
+    for src, dst in (([0], [2]), ([2], [0]), ([0, 1], [2, 0]), ([-1], [1])):
+        case("movedim", f"F32.{src}_{dst}".replace(" ", ""), [rnd((2, 3, 4), "F32")],
+             lambda v, src=src, dst=dst: torch.movedim(v[0], src, dst), args={"source": src, "destination": dst})
+    case("movedim", "I32.transposed", [Inp(rnd((3, 2, 4), "I32"), T01)], lambda v: torch.movedim(v[0], 0, -1),
+         args={"source": [0], "destination": [-1]})
+    for dt in ("F32", "I32", "Bool"):
+        case("unbind", f"{dt}.axis0", [rnd((3, 4), dt)], lambda v: v[0].unbind(0), args={"axis": 0})
+    case("unbind", "F32.axis-1_transposed", [Inp(rnd((4, 3), "F32"), T01)], lambda v: v[0].unbind(-1), args={"axis": -1})
+    case("unbind", "F32.dynamic_other", [Inp(rnd((5, 2), "F32"), sym={0: "seq"})], lambda v: v[0].unbind(1),
+         args={"axis": 1})
+    for dt in ("F32", "I64", "Bool", "F16"):
+        case("repeat_interleave", f"{dt}.axis1", [rnd((2, 3), dt)], lambda v: v[0].repeat_interleave(3, dim=1),
+             args={"repeats": 3, "axis": 1})
+    case("repeat_interleave", "F32.flat", [rnd((2, 3), "F32")], lambda v: v[0].repeat_interleave(2), args={"repeats": 2})
+    case("repeat_interleave", "F32.transposed_axis0", [Inp(rnd((3, 2), "F32"), T01)],
+         lambda v: v[0].repeat_interleave(2, dim=0), args={"repeats": 2, "axis": 0})
+    case("repeat_interleave", "F32.dynamic", [Inp(rnd((4, 2), "F32"), sym={0: "seq"})],
+         lambda v: v[0].repeat_interleave(3, dim=0), args={"repeats": 3, "axis": 0})
+    for tag, (axis, size, step) in {"basic": (1, 3, 1), "step2": (1, 2, 2), "axis0_step3": (0, 2, 3), "whole": (1, 7, 1)}.items():
+        case("unfold", f"F32.{tag}", [rnd((5, 7), "F32")], lambda v, a=axis, n=size, s=step: v[0].unfold(a, n, s),
+             args={"axis": axis, "size": size, "step": step})
+    case("unfold", "I32.transposed", [Inp(rnd((6, 4), "I32"), T01)], lambda v: v[0].unfold(1, 3, 2),
+         args={"axis": 1, "size": 3, "step": 2})
+    case("unfold", "F32.dynamic", [Inp(rnd((2, 9), "F32"), sym={1: "seq"})], lambda v: v[0].unfold(1, 4, 2),
+         args={"axis": 1, "size": 4, "step": 2})
+    for dt in ("F32", "I32"):
+        case("pixel_shuffle", f"{dt}.r2", [rnd((2, 8, 3, 2), dt)], lambda v: F.pixel_shuffle(v[0], 2), args={"r": 2})
+        case("pixel_unshuffle", f"{dt}.r2", [rnd((2, 2, 4, 6), dt)], lambda v: F.pixel_unshuffle(v[0], 2), args={"r": 2})
+    case("pixel_shuffle", "F32.r3_unbatched", [rnd((9, 2, 3), "F32")], lambda v: F.pixel_shuffle(v[0], 3), args={"r": 3})
+    case("pixel_shuffle", "F32.transposed", [Inp(rnd((1, 4, 3, 2), "F32"), {"kind": "transpose", "dims": [2, 3]})],
+         lambda v: F.pixel_shuffle(v[0], 2), args={"r": 2})
+    case("pixel_unshuffle", "F32.r3", [rnd((1, 1, 6, 9), "F32")], lambda v: F.pixel_unshuffle(v[0], 3), args={"r": 3})
 
 
 # ----------------------------------------------------------------------------------------
