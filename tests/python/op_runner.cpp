@@ -72,6 +72,13 @@ std::pair<int, int> pair2(const json& args, const char* key, int def) {
   if (j.is_number()) return {j.get<int>(), j.get<int>()};
   return {j[0].get<int>(), j[1].get<int>()};
 }
+// A per-dim list (or one int for every dim).
+std::vector<int> vec(const json& args, const char* key, int def) {
+  if (!args.contains(key)) return {def};
+  const json& j = args[key];
+  if (j.is_number()) return {j.get<int>()};
+  return j.get<std::vector<int>>();
+}
 std::optional<GraphTensor> opt_input(Ins& in, size_t i) {
   if (i < in.size()) return in[i];
   return std::nullopt;
@@ -312,6 +319,49 @@ const std::map<std::string, OpFn>& registry() {
       {"avg_pool2d", [](Ins& in, const json& a) -> Outs {
          return {in[0].avg_pool2d(pair2(a, "kernel", 1), pair2(a, "stride", 0), pair2(a, "padding", 0))};
        }},
+      {"conv3d", [](Ins& in, const json& a) -> Outs {
+         return {in[0].conv3d(in[1], opt_input(in, 2), vec(a, "stride", 1), vec(a, "padding", 0), vec(a, "dilation", 1),
+                              arg(a, "groups", 1))};
+       }},
+      {"conv_transpose", [](Ins& in, const json& a) -> Outs {
+         return {in[0].conv_transpose(in[1], opt_input(in, 2), vec(a, "stride", 1), vec(a, "padding", 0),
+                                      vec(a, "output_padding", 0), arg(a, "groups", 1), vec(a, "dilation", 1))};
+       }},
+      {"max_pool", [](Ins& in, const json& a) -> Outs {
+         return {in[0].max_pool(vec(a, "kernel", 1), vec(a, "stride", 0), vec(a, "padding", 0), vec(a, "dilation", 1),
+                                arg(a, "ceil_mode", false))};
+       }},
+      {"avg_pool", [](Ins& in, const json& a) -> Outs {
+         return {in[0].avg_pool(vec(a, "kernel", 1), vec(a, "stride", 0), vec(a, "padding", 0), arg(a, "ceil_mode", false),
+                                arg(a, "count_include_pad", true))};
+       }},
+      {"max_pool1d", [](Ins& in, const json& a) -> Outs {
+         return {in[0].max_pool1d(a.at("kernel"), arg(a, "stride", 0), arg(a, "padding", 0))};
+       }},
+      {"avg_pool1d", [](Ins& in, const json& a) -> Outs {
+         return {in[0].avg_pool1d(a.at("kernel"), arg(a, "stride", 0), arg(a, "padding", 0))};
+       }},
+      {"adaptive_avg_pool", [](Ins& in, const json& a) -> Outs {
+         return {in[0].adaptive_avg_pool(a.at("size").get<std::vector<int64_t>>())};
+       }},
+      {"adaptive_max_pool", [](Ins& in, const json& a) -> Outs {
+         return {in[0].adaptive_max_pool(a.at("size").get<std::vector<int64_t>>())};
+       }},
+      {"interpolate", [](Ins& in, const json& a) -> Outs {
+         return {in[0].interpolate(a.at("size").get<std::vector<int64_t>>(), arg(a, "mode", std::string("nearest")),
+                                   arg(a, "align_corners", false))};
+       }},
+      {"im2col", [](Ins& in, const json& a) -> Outs {
+         return {in[0].im2col(pair2(a, "kernel", 1), pair2(a, "dilation", 1), pair2(a, "padding", 0),
+                              pair2(a, "stride", 1))};
+       }},
+      {"outer", [](Ins& in, const json&) -> Outs { return {in[0].outer(in[1])}; }},
+      {"diag", [](Ins& in, const json& a) -> Outs { return {in[0].diag(arg<int64_t>(a, "offset", 0))}; }},
+      {"diagonal", [](Ins& in, const json& a) -> Outs {
+         return {in[0].diagonal(arg<int64_t>(a, "offset", 0), arg(a, "axis1", 0), arg(a, "axis2", 1))};
+       }},
+      UNARY(trace),
+      {"einsum", [](Ins& in, const json& a) -> Outs { return {GraphTensor::einsum(a.at("equation"), in)}; }},
       // ---- movement ----
       {"identity", [](Ins& in, const json&) -> Outs { return {in[0]}; }},
       // A random view chain (test_view_chains.py): the view itself, and y * y read through it.
@@ -374,6 +424,14 @@ const std::map<std::string, OpFn>& registry() {
       // ---- indexing, sorting ----
       {"gather", [](Ins& in, const json& a) -> Outs { return {in[0].gather(a.at("axis"), in[1])}; }},
       {"scatter", [](Ins& in, const json& a) -> Outs { return {in[0].scatter(a.at("axis"), in[1], in[2])}; }},
+      {"scatter_add", [](Ins& in, const json& a) -> Outs { return {in[0].scatter_add(a.at("axis"), in[1], in[2])}; }},
+      {"index_add", [](Ins& in, const json& a) -> Outs {
+         return {in[0].index_add(a.at("axis"), in[1], in[2], arg(a, "alpha", 1.0))};
+       }},
+      {"index_put", [](Ins& in, const json& a) -> Outs {
+         std::vector<GraphTensor> idx(in.begin() + 1, in.end() - 1);
+         return {in[0].index_put(idx, in.back(), arg(a, "accumulate", false))};
+       }},
       {"index_select", [](Ins& in, const json& a) -> Outs { return {in[0].index_select(a.at("axis"), in[1])}; }},
       {"embedding", [](Ins& in, const json&) -> Outs { return {in[0].embedding(in[1])}; }},
       {"one_hot", [](Ins& in, const json& a) -> Outs { return {in[0].one_hot(a.at("num_classes"))}; }},

@@ -1047,6 +1047,7 @@ def gen_all():
     gen_more_elementwise()
     gen_more_reductions()
     gen_more_movement()
+    gen_more_nn()
     return CASES
 
 
@@ -1418,6 +1419,205 @@ def gen_more_movement():
     case("pixel_shuffle", "F32.transposed", [Inp(rnd((1, 4, 3, 2), "F32"), {"kind": "transpose", "dims": [2, 3]})],
          lambda v: F.pixel_shuffle(v[0], 2), args={"r": 2})
     case("pixel_unshuffle", "F32.r3", [rnd((1, 1, 6, 9), "F32")], lambda v: F.pixel_unshuffle(v[0], 3), args={"r": 3})
+
+
+def gen_more_nn():
+    """Convolutions, pooling, resizing, linear algebra and accumulating index ops."""
+    def conv3(v, a):
+        return F.conv3d(v[0], v[1], v[2] if len(v) > 2 else None, stride=a.get("stride", 1), padding=a.get("padding", 0),
+                        dilation=a.get("dilation", 1), groups=a.get("groups", 1))
+    for dt in FLOATS:
+        case("conv3d", f"{dt}.basic", [rnd((1, 2, 4, 5, 4), dt), rnd((3, 2, 2, 3, 2), dt), rnd((3,), dt)],
+             lambda v: conv3(v, {}), tol_scale=6)
+    for tag, a in (("stride_pad", {"stride": [2, 1, 2], "padding": [1, 0, 1]}), ("dilation_groups", {"dilation": 2, "groups": 2})):
+        case("conv3d", f"F32.{tag}", [rnd((2, 4, 5, 6, 5), "F32"), rnd((2, 4 // a.get("groups", 1), 2, 2, 2), "F32")],
+             lambda v, a=a: conv3(v, a), args=a, tol_scale=6)
+    case("conv3d", "F32.unbatched_transposed", [Inp(rnd((2, 4, 3, 5), "F32"), {"kind": "transpose", "dims": [1, 3]}),
+                                                rnd((2, 2, 2, 2, 2), "F32")], lambda v: conv3(v, {}), tol_scale=5)
+
+    def convt(v, a):
+        fn = {3: F.conv_transpose1d, 4: F.conv_transpose2d, 5: F.conv_transpose3d}[v[1].dim()]
+        return fn(v[0], v[1], v[2] if len(v) > 2 else None, stride=a.get("stride", 1), padding=a.get("padding", 0),
+                  output_padding=a.get("output_padding", 0), groups=a.get("groups", 1), dilation=a.get("dilation", 1))
+    for dt in FLOATS:
+        case("conv_transpose", f"{dt}.1d_stride2", [rnd((2, 3, 5), dt), rnd((3, 4, 3), dt), rnd((4,), dt)],
+             lambda v: convt(v, {"stride": 2}), args={"stride": 2}, tol_scale=4)
+    for tag, a, xs, ws in (("1d_all", {"stride": 3, "padding": 2, "output_padding": 1, "dilation": 2, "groups": 2},
+                            (1, 4, 6), (4, 3, 3)),
+                           ("2d_stride_pad", {"stride": [2, 1], "padding": [1, 0], "output_padding": [1, 0]},
+                            (2, 3, 4, 5), (3, 2, 3, 3)),
+                           ("2d_big_padding", {"padding": 2}, (1, 2, 5, 5), (2, 3, 2, 2)),
+                           ("2d_groups", {"groups": 3, "stride": 2}, (1, 3, 3, 4), (3, 2, 3, 2)),
+                           ("3d", {"stride": 2, "padding": 1}, (1, 2, 3, 3, 2), (2, 2, 2, 3, 2))):
+        case("conv_transpose", f"F32.{tag}", [rnd(xs, "F32"), rnd(ws, "F32")], lambda v, a=a: convt(v, a), args=a,
+             tol_scale=4)
+    case("conv_transpose", "F32.2d_unbatched_dynamic", [Inp(rnd((2, 4, 5), "F32"), sym={2: "w"}), rnd((2, 3, 3, 3), "F32"),
+                                                        rnd((3,), "F32")],
+         lambda v: convt(v, {"stride": 2}), args={"stride": 2}, tol_scale=4)
+
+    pools = {1: (F.max_pool1d, F.avg_pool1d), 2: (F.max_pool2d, F.avg_pool2d), 3: (F.max_pool3d, F.avg_pool3d)}
+    for nd, shape in ((1, (2, 3, 11)), (2, (1, 2, 7, 9)), (3, (1, 2, 5, 6, 7))):
+        mx, av = pools[nd]
+        for tag, a in (("k3", {"kernel": [3]}), ("k3_s2_p1", {"kernel": [3], "stride": [2], "padding": [1]}),
+                       ("k2_s2_ceil", {"kernel": [2], "stride": [2], "ceil_mode": True}),
+                       ("k3_s2_p1_ceil", {"kernel": [3], "stride": [2], "padding": [1], "ceil_mode": True})):
+            k, st, pd = a["kernel"][0], a.get("stride", [None])[0], a.get("padding", [0])[0]
+            a = {key: (val * nd if isinstance(val, list) else val) for key, val in a.items()}  # one size per dim
+            ceil = a.get("ceil_mode", False)
+            case("max_pool", f"F32.{nd}d_{tag}", [rnd(shape, "F32")],
+                 lambda v, k=k, st=st, pd=pd, ceil=ceil, mx=mx: mx(v[0], k, st, pd, ceil_mode=ceil), args=a)
+            case("avg_pool", f"F32.{nd}d_{tag}", [rnd(shape, "F32")],
+                 lambda v, k=k, st=st, pd=pd, ceil=ceil, av=av: av(v[0], k, st, pd, ceil_mode=ceil), args=a)
+            if pd:
+                case("avg_pool", f"F32.{nd}d_{tag}_exclude_pad", [rnd(shape, "F32")],
+                     lambda v, k=k, st=st, pd=pd, ceil=ceil, av=av: av(v[0], k, st, pd, ceil_mode=ceil,
+                                                                      count_include_pad=False),
+                     args={**a, "count_include_pad": False})
+    case("max_pool", "F32.2d_dilation2", [rnd((1, 2, 7, 8), "F32")], lambda v: F.max_pool2d(v[0], 2, 1, 0, dilation=2),
+         args={"kernel": [2, 2], "stride": [1], "dilation": [2]})
+    for dt in ("F16", "BF16", "F64", "I32"):
+        case("max_pool", f"{dt}.2d_k2", [rnd((1, 2, 4, 6), dt)],
+             lambda v: F.max_pool2d(v[0].float(), 2).to(v[0].dtype) if v[0].dtype == torch.int32 else F.max_pool2d(v[0], 2),
+             args={"kernel": [2, 2]})
+    for dt in ("F16", "BF16", "F64"):
+        case("avg_pool", f"{dt}.1d_k3", [rnd((2, 2, 9), dt)], lambda v: F.avg_pool1d(v[0], 3), args={"kernel": [3]})
+    case("max_pool", "F32.1d_nan_dynamic", [Inp(torch.tensor([[[1.0, float("nan"), 3.0, -2.0, 5.0, 0.5]]]), sym={2: "L"})],
+         lambda v: F.max_pool1d(v[0], 2), args={"kernel": [2]})
+    for dt in ("F32", "F16"):
+        case("max_pool1d", f"{dt}.k3_s2_p1", [rnd((2, 3, 10), dt)], lambda v: F.max_pool1d(v[0], 3, 2, 1),
+             args={"kernel": 3, "stride": 2, "padding": 1})
+        case("avg_pool1d", f"{dt}.k3_s2_p1", [rnd((2, 3, 10), dt)], lambda v: F.avg_pool1d(v[0], 3, 2, 1),
+             args={"kernel": 3, "stride": 2, "padding": 1})
+    case("max_pool1d", "F32.transposed_unbatched", [Inp(rnd((7, 3), "F32"), T01)], lambda v: F.max_pool1d(v[0], 2),
+         args={"kernel": 2})
+    case("avg_pool1d", "F32.dynamic", [Inp(rnd((1, 2, 9), "F32"), sym={2: "L"})], lambda v: F.avg_pool1d(v[0], 3),
+         args={"kernel": 3})
+
+    adapt = {1: (F.adaptive_avg_pool1d, F.adaptive_max_pool1d), 2: (F.adaptive_avg_pool2d, F.adaptive_max_pool2d),
+             3: (F.adaptive_avg_pool3d, F.adaptive_max_pool3d)}
+    for shape, size in (((2, 3, 10), [4]), ((2, 3, 7), [3]), ((1, 2, 7, 9), [3, 4]), ((1, 2, 5, 6), [5, 2]),
+                        ((2, 6, 6), [2, 3]), ((1, 2, 4, 5, 6), [2, 3, 4]), ((1, 2, 3, 4), [6, 7])):
+        avg, mx = adapt[len(size)]
+        tag = "x".join(map(str, shape)) + "_to_" + "x".join(map(str, size))
+        case("adaptive_avg_pool", f"F32.{tag}", [rnd(shape, "F32")], lambda v, f=avg, s=size: f(v[0], s), args={"size": size})
+        case("adaptive_max_pool", f"F32.{tag}", [rnd(shape, "F32")], lambda v, f=mx, s=size: f(v[0], s), args={"size": size})
+    for dt in ("F16", "BF16", "F64"):
+        case("adaptive_avg_pool", f"{dt}.2d", [rnd((1, 2, 5, 7), dt)], lambda v: F.adaptive_avg_pool2d(v[0], [2, 3]),
+             args={"size": [2, 3]})
+    case("adaptive_max_pool", "I32.2d", [rnd((1, 2, 5, 7), "I32")],
+         lambda v: F.adaptive_max_pool2d(v[0].float(), [2, 3])[0].to(torch.int32) if False
+         else F.adaptive_max_pool2d(v[0].double(), [2, 3]).to(torch.int32), args={"size": [2, 3]})
+    case("adaptive_avg_pool", "F32.transposed", [Inp(rnd((1, 2, 6, 5), "F32"), {"kind": "transpose", "dims": [2, 3]})],
+         lambda v: F.adaptive_avg_pool2d(v[0], [2, 4]), args={"size": [2, 4]})
+
+    def interp(v, size, mode, ac=None):
+        return F.interpolate(v[0], size=size, mode=mode, align_corners=ac)
+    for shape, size, mode, ac in (((1, 2, 5), [11], "nearest", None), ((1, 2, 6), [4], "nearest", None),
+                                  ((1, 2, 10), [6], "nearest", None), ((1, 2, 4, 5), [8, 10], "nearest", None),
+                                  ((1, 2, 4, 5), [7, 3], "nearest", None), ((1, 2, 4, 5), [7, 3], "nearest-exact", None),
+                                  ((1, 2, 5), [9], "linear", False), ((1, 2, 5), [9], "linear", True),
+                                  ((1, 2, 4, 5), [7, 8], "bilinear", False), ((1, 2, 4, 5), [7, 8], "bilinear", True),
+                                  ((1, 2, 6, 6), [3, 4], "bilinear", False), ((2, 1, 4, 5), [1, 1], "bilinear", True),
+                                  ((1, 2, 3, 4, 5), [5, 3, 7], "trilinear", False), ((1, 2, 3, 4, 5), [5, 3, 7], "nearest", None),
+                                  ((1, 2, 6, 8), [4, 3], "area", None)):
+        tag = f"{mode}_{'x'.join(map(str, shape))}_to_{'x'.join(map(str, size))}" + ("_ac" if ac else "")
+        args = {"size": size, "mode": mode}
+        if ac:
+            args["align_corners"] = True
+        case("interpolate", f"F32.{tag}", [rnd(shape, "F32")], lambda v, s=size, m=mode, ac=ac: interp(v, s, m, ac),
+             args=args, tol_scale=2)
+    for dt in ("F16", "BF16", "F64"):
+        case("interpolate", f"{dt}.bilinear", [rnd((1, 2, 4, 5), dt)], lambda v: interp(v, [7, 8], "bilinear", False),
+             args={"size": [7, 8], "mode": "bilinear"}, tol_scale=2)
+        case("interpolate", f"{dt}.nearest", [rnd((1, 2, 4, 5), dt)], lambda v: interp(v, [7, 8], "nearest"),
+             args={"size": [7, 8], "mode": "nearest"})
+    case("interpolate", "I64.nearest", [rnd((1, 1, 3, 4), "I64")],
+         lambda v: F.interpolate(v[0].double(), size=[5, 8], mode="nearest").to(torch.int64),
+         args={"size": [5, 8], "mode": "nearest"})
+    case("interpolate", "F32.bilinear_transposed", [Inp(rnd((1, 2, 5, 4), "F32"), {"kind": "transpose", "dims": [2, 3]})],
+         lambda v: interp(v, [6, 9], "bilinear", False), args={"size": [6, 9], "mode": "bilinear"}, tol_scale=2)
+    case("interpolate", "F32.bilinear_special", [torch.tensor([[[[1.0, float("inf")], [float("nan"), -2.0]]]])],
+         lambda v: interp(v, [3, 3], "bilinear", True), args={"size": [3, 3], "mode": "bilinear", "align_corners": True})
+
+    def unf(v, a):
+        return F.unfold(v[0], a["kernel"], dilation=a.get("dilation", 1), padding=a.get("padding", 0), stride=a.get("stride", 1))
+    for tag, a in (("k2", {"kernel": [2, 2]}), ("k3_p1_s2", {"kernel": [3, 3], "padding": [1, 1], "stride": [2, 2]}),
+                   ("k2x3_d2", {"kernel": [2, 3], "dilation": [2, 1]})):
+        case("im2col", f"F32.{tag}", [rnd((2, 3, 6, 7), "F32")], lambda v, a=a: unf(v, a), args=a)
+    case("im2col", "I32.unbatched", [rnd((2, 4, 5), "I32")], lambda v: F.unfold(v[0].double(), 2).to(torch.int32)
+         if False else F.unfold(v[0].unsqueeze(0).double(), 2).squeeze(0).to(torch.int32), args={"kernel": [2, 2]})
+    case("im2col", "F32.dynamic", [Inp(rnd((1, 2, 5, 6), "F32"), sym={3: "w"})], lambda v: unf(v, {"kernel": [2, 2]}),
+         args={"kernel": [2, 2]})
+
+    # ---- linear algebra ----
+    for dt in ("F32", "I64", "F16"):
+        case("outer", f"{dt}.basic", [rnd((4,), dt), rnd((3,), dt)], lambda v: torch.outer(v[0], v[1]))
+    case("outer", "I32xF32.mixed", [rnd((4,), "I32"), rnd((3,), "F32")], lambda v: torch.outer(v[0], v[1]))
+    case("outer", "F32.dynamic_sliced", [Inp(rnd((7,), "F32"), sym={0: "n"}), Inp(rnd((8,), "F32"), sl(0, 1, 8, 2))],
+         lambda v: torch.outer(v[0], v[1]))
+    for k in (0, 1, -2):
+        case("diag", f"F32.vec_k{k}", [rnd((4,), "F32")], lambda v, k=k: torch.diag(v[0], k), args={"offset": k})
+        case("diag", f"I64.mat_k{k}", [rnd((4, 5), "I64")], lambda v, k=k: torch.diag(v[0], k), args={"offset": k})
+    case("diag", "F32.special_vec", [special("F32")[:4]], lambda v: torch.diag(v[0]))
+    case("diag", "F32.transposed", [Inp(rnd((5, 3), "F32"), T01)], lambda v: torch.diag(v[0], 1), args={"offset": 1})
+    for tag, (k, a1, a2) in {"basic": (0, 0, 1), "offset": (1, 1, 2), "neg_swapped": (-1, 2, 0)}.items():
+        case("diagonal", f"F32.{tag}", [rnd((3, 4, 5), "F32")],
+             lambda v, k=k, a1=a1, a2=a2: torch.diagonal(v[0], k, a1, a2), args={"offset": k, "axis1": a1, "axis2": a2})
+    case("diagonal", "F32.dynamic", [Inp(rnd((5, 4), "F32"), sym={0: "rows"})], lambda v: torch.diagonal(v[0]), args={})
+    for dt in ("F32", "I32", "F64"):
+        case("trace", f"{dt}.rect", [rnd((4, 6), dt)], lambda v: torch.trace(v[0]))
+    case("trace", "F32.transposed", [Inp(rnd((3, 3), "F32"), T01)], lambda v: torch.trace(v[0]))
+    for tag, eq, shapes in (("matmul", "ij,jk->ik", [(3, 4), (4, 5)]), ("batched", "bij,bjk->bik", [(2, 3, 4), (2, 4, 2)]),
+                            ("transpose", "ij->ji", [(3, 4)]), ("sum_all", "ij->", [(3, 4)]),
+                            ("diag", "ii->i", [(4, 4)]), ("trace", "ii", [(4, 4)]), ("outer", "i,j->ij", [(3,), (4,)]),
+                            ("dot", "i,i", [(5,), (5,)]), ("implicit", "ij,jk", [(2, 3), (3, 4)]),
+                            ("bilinear", "bn,anm,bm->ba", [(2, 3), (4, 3, 5), (2, 5)]),
+                            ("ellipsis", "...ij,...jk->...ik", [(2, 3, 4), (4, 2)]),
+                            ("ellipsis_implicit", "b...,b...", [(2, 3, 4), (2, 3, 4)]),
+                            ("attention", "bhqd,bhkd->bhqk", [(1, 2, 3, 4), (1, 2, 5, 4)]),
+                            ("repeated_three", "iij,jk->ik", [(3, 3, 4), (4, 2)])):
+        case("einsum", f"F32.{tag}", [rnd(s, "F32") for s in shapes], lambda v, eq=eq: torch.einsum(eq, *v),
+             args={"equation": eq}, tol_scale=3)
+    case("einsum", "I64.matmul", [rnd((3, 4), "I64"), rnd((4, 2), "I64")], lambda v: torch.einsum("ij,jk->ik", *v),
+         args={"equation": "ij,jk->ik"})
+    case("einsum", "F16.matmul", [rnd((3, 4), "F16"), rnd((4, 2), "F16")], lambda v: torch.einsum("ij,jk->ik", *v),
+         args={"equation": "ij,jk->ik"}, tol_scale=3)
+    case("einsum", "F32.transposed_dynamic", [Inp(rnd((4, 3), "F32"), T01), Inp(rnd((4, 5), "F32"), sym={1: "n"})],
+         lambda v: torch.einsum("ij,jk->ki", *v), args={"equation": "ij,jk->ki"}, tol_scale=3)
+
+    # ---- accumulating index ops: duplicate indices add up ----
+    for dt in ("F32", "I64", "F16", "I32"):
+        case("scatter_add", f"{dt}.axis0_dups", [rnd((3, 4), dt), torch.tensor([[0, 1, 2, 0], [2, 2, 0, 1], [0, 0, 0, 0]]),
+                                                 rnd((3, 4), dt)],
+             lambda v: v[0].scatter_add(0, v[1], v[2]), args={"axis": 0}, tol_scale=3)
+    case("scatter_add", "F32.axis1_small_index", [rnd((3, 5), "F32"), torch.tensor([[4, 4, 0], [1, 3, 1]]), rnd((2, 4), "F32")],
+         lambda v: v[0].scatter_add(1, v[1], v[2]), args={"axis": 1}, tol_scale=3)
+    case("scatter_add", "F32.special_untouched", [torch.tensor([[-0.0, float("inf"), 1.0], [float("nan"), -0.0, 2.0]]),
+                                                  torch.tensor([[2, 2]]), torch.tensor([[float("inf"), 1.5]])],
+         lambda v: v[0].scatter_add(1, v[1], v[2]), args={"axis": 1})
+    case("scatter_add", "F32.transposed_3d", [Inp(rnd((4, 3, 2), "F32"), T01), torch.randint(0, 3, (2, 4, 2), generator=GEN),
+                                              rnd((2, 4, 2), "F32")],
+         lambda v: v[0].scatter_add(0, v[1], v[2]), args={"axis": 0}, tol_scale=3)
+    case("scatter_add", "F32.dynamic", [Inp(rnd((3, 6), "F32"), sym={1: "n"}), torch.tensor([[0, 1], [2, 2], [1, 1]]),
+                                        rnd((3, 2), "F32")],
+         lambda v: v[0].scatter_add(0, v[1], v[2]), args={"axis": 0}, tol_scale=3)
+    for dt in ("F32", "I64"):
+        case("index_add", f"{dt}.axis0_dups", [rnd((4, 3), dt), torch.tensor([0, 3, 0, 2, 0]), rnd((5, 3), dt)],
+             lambda v: v[0].index_add(0, v[1], v[2]), args={"axis": 0}, tol_scale=3)
+    case("index_add", "F32.axis1_alpha", [rnd((2, 5), "F32"), torch.tensor([4, 1, 4], dtype=torch.int32), rnd((2, 3), "F32")],
+         lambda v: v[0].index_add(1, v[1], v[2], alpha=-2.0), args={"axis": 1, "alpha": -2.0}, tol_scale=3)
+    for acc in (False, True):
+        tag = "accumulate" if acc else "assign"
+        case("index_put", f"F32.2idx_{tag}", [rnd((4, 5), "F32"), torch.tensor([0, 3, -1]), torch.tensor([1, 4, 2]),
+                                              rnd((3,), "F32")],
+             lambda v, acc=acc: v[0].index_put((v[1], v[2]), v[3], accumulate=acc), args={"accumulate": acc})
+        case("index_put", f"F32.rows_{tag}", [rnd((4, 3), "F32"), torch.tensor([2, 0]), rnd((2, 3), "F32")],
+             lambda v, acc=acc: v[0].index_put((v[1],), v[2], accumulate=acc), args={"accumulate": acc})
+        case("index_put", f"I64.bcast_value_{tag}", [rnd((3, 4), "I64"), torch.tensor([[0], [2]]), torch.tensor([1, 3]),
+                                                     torch.tensor(7)],
+             lambda v, acc=acc: v[0].index_put((v[1], v[2]), v[3], accumulate=acc), args={"accumulate": acc})
+    case("index_put", "F32.dups_accumulate", [rnd((4,), "F32"), torch.tensor([1, 1, 3, 1]), rnd((4,), "F32")],
+         lambda v: v[0].index_put((v[1],), v[2], accumulate=True), args={"accumulate": True}, tol_scale=2)
 
 
 # ----------------------------------------------------------------------------------------
