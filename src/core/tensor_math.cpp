@@ -70,7 +70,9 @@ GraphTensor GraphTensor::floor() const {
   // Floor modulo keeps the fractional part in [0, 1). Values of magnitude >= 2^52 are
   // already integers in every float dtype, and +-inf % 1 is NaN: pass those (and NaN) through.
   GraphTensor finite = abs().lt(4503599627370496.0);
-  return where(finite, *this - *this % 1.0, *this);
+  GraphTensor r = *this - *this % 1.0;
+  r = where(r.eq(0.0), *this * 0.0, r);  // a zero keeps x's sign: floor(-0.0) is -0.0 (x - x mod 1 gives +0.0)
+  return where(finite, r, *this);
 }
 GraphTensor GraphTensor::ceil() const {
   UserOpScope user_op("ceil");
@@ -86,7 +88,9 @@ GraphTensor GraphTensor::round() const {
   GraphTensor r = (*this + 0.5).floor();
   GraphTensor tie = (r - *this).eq(0.5);
   GraphTensor odd = (r % 2.0).eq(1.0);
-  return where(big, *this, r - tie.logical_and(odd).cast(dtype_));
+  r = r - tie.logical_and(odd).cast(dtype_);
+  r = where(r.eq(0.0), *this * 0.0, r);  // round(-0.4) and round(-0.0) are -0.0
+  return where(big, *this, r);
 }
 
 GraphTensor GraphTensor::tanh() const {

@@ -1668,12 +1668,15 @@ def compare(got, exp, scale):
     err = torch.where(torch.isnan(err), torch.full_like(err, math.inf), err)
     tol = atol * scale + rtol * e.abs()
     val_bad = fin & (err > tol)
-    bad = nan_bad | inf_bad | val_bad
+    # Zeros carry their sign exactly (trunc(-0.5) is -0.0, atan2(0.0, -0.0) is pi).
+    zero_bad = (e == 0) & (g == 0) & (torch.signbit(g) != torch.signbit(e))
+    bad = nan_bad | inf_bad | val_bad | zero_bad
     # Reported error: absolute, relative where |torch| > 1 (so exp(40) reads sensibly).
     max_err = float((err / e.abs().clamp(min=1.0)).max()) if fin.any() else 0.0
     if bad.any():
         i = tuple(int(k) for k in bad.nonzero()[0])
-        kind = "NaN mismatch" if nan_bad[i] else "inf mismatch" if inf_bad[i] else "value"
+        kind = ("NaN mismatch" if nan_bad[i] else "inf mismatch" if inf_bad[i] else
+                "signed zero" if zero_bad[i] else "value")
         return False, max_err, (f"{int(bad.sum())}/{bad.numel()} mismatch ({kind}); first at {i}: luminal "
                                 f"{g[i].item():.9g} torch {e[i].item():.9g} (tol {float(tol[i]) if fin[i] else 0:.2g})")
     return True, max_err, ""
@@ -1766,8 +1769,9 @@ NOTES = """\
   result dtypes and shapes must match torch's.
 * Tolerance per result dtype, |luminal - torch| <= atol * s + rtol * |torch|, with s = 1 for
   elementwise ops and about sqrt(reduced count) for reductions, matmul and convolutions:
-  F64 rtol = atol = 1e-9; F32 1e-5; F16 1e-2; BF16 2e-2. NaN positions and infinities must
-  match exactly.
+  F64 rtol = atol = 1e-9; F32 1e-5; F16 1e-2; BF16 2e-2. NaN positions, infinities and the
+  sign of zeros must match exactly. Cases tagged "near" use s = 0 (a purely relative
+  tolerance), so tiny results (log1p(1e-30)) must be accurate too.
 * "view" cases feed the op a non-contiguous input (transpose, strided slice, broadcast
   expand); "dynamic" cases declare a symbolic dim (`Expression::var`) bound at execute;
   "inf/nan" cases feed 0, -0, +-inf, NaN and friends.
