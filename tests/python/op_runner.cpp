@@ -1,6 +1,9 @@
 // luminal_op_runner: runs a batch of single-op test cases on the ReferenceRuntime.
 //
-//   luminal_op_runner [--search] cases.json inputs.safetensors outputs.safetensors
+//   luminal_op_runner [--search] [--cpu] cases.json inputs.safetensors outputs.safetensors
+//
+// --cpu also compiles every case for the CPU backend (no search: its rules and the first
+// candidate) and writes its output k as "<id>.cpu.<k>", or reports {"id", "cpu_error"}.
 //
 // cases.json is a list of cases:
 //   {"id": "add.f32.bcast", "op": "add",
@@ -25,6 +28,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "luminal/cpu/cpu_runtime.hpp"
 #include "luminal/luminal.hpp"
 #include "luminal/safetensors.hpp"
 
@@ -34,6 +38,13 @@ using namespace luminal;
 namespace {
 
 bool g_search = false;  // --search: compile with the default CompileOptions
+bool g_cpu = false;     // --cpu: run every case on the CPU backend as well
+// The CPU runtime every case's runtime is a fresh() copy of: compiled kernels are shared
+// in memory across cases (and cached on disk across runs).
+cpu::CpuRuntime& cpu_prototype() {
+  static cpu::CpuRuntime proto;
+  return proto;
+}
 Graph* g_graph = nullptr;  // the graph of the case being built (ops without inputs create in it)
 Graph* current_graph() { return g_graph; }
 
@@ -510,11 +521,27 @@ std::vector<std::pair<std::string, HostTensor>> run_case(const json& c, const Sa
   for (auto& [x, name] : sources) rt.set_data(x, inputs.read(name));
   rt.execute(dims);
   std::vector<std::pair<std::string, HostTensor>> result;
-  for (size_t k = 0; k < marked.size(); ++k) {
-    HostTensor h = rt.get_tensor(marked[k].id());
-    h.shape.clear();
-    for (const auto& d : marked[k].shape()) h.shape.push_back(d.eval(dims));
-    result.emplace_back(id + "." + std::to_string(k), std::move(h));
+  auto collect = [&](const Runtime& r, const std::string& prefix) {
+    for (size_t k = 0; k < marked.size(); ++k) {
+      HostTensor h = r.get_tensor(marked[k].id());
+      h.shape.clear();
+      for (const auto& d : marked[k].shape()) h.shape.push_back(d.eval(dims));
+      result.emplace_back(prefix + std::to_string(k), std::move(h));
+    }
+  };
+  collect(rt, id + ".");
+  if (g_cpu) {
+    try {
+      std::unique_ptr<Runtime> cpu = cpu_prototype().fresh();
+      CompileOptions cpu_options;
+      cpu_options.search_graph_limit(1).trials(1);
+      cx.compile_into(*cpu, cpu_options);
+      for (auto& [x, name] : sources) cpu->set_data(x, inputs.read(name));
+      cpu->execute(dims);
+      collect(*cpu, id + ".cpu.");
+    } catch (const std::exception& e) {
+      std::cout << json{{"id", id}, {"cpu_error", e.what()}}.dump() << std::endl;
+    }
   }
   return result;
 }
@@ -523,12 +550,12 @@ std::vector<std::pair<std::string, HostTensor>> run_case(const json& c, const Sa
 
 int main(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
-  if (!args.empty() && args[0] == "--search") {
-    g_search = true;
+  while (!args.empty() && (args[0] == "--search" || args[0] == "--cpu")) {
+    (args[0] == "--search" ? g_search : g_cpu) = true;
     args.erase(args.begin());
   }
   if (args.size() != 3) {
-    std::cerr << "usage: luminal_op_runner [--search] cases.json inputs.safetensors outputs.safetensors\n";
+    std::cerr << "usage: luminal_op_runner [--search] [--cpu] cases.json inputs.safetensors outputs.safetensors\n";
     return 2;
   }
   json cases;

@@ -34,6 +34,9 @@ from safetensors.torch import load_file, save_file
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 BIN_DIR = Path(os.environ.get("LUMINAL_BIN_DIR", REPO_ROOT / "build" / "release"))
+# LUMINAL_OPS_CPU=1: every case also runs on the CPU backend, compared with the reference
+# runtime (test_op_cpu, and the CPU column of docs/ops.md).
+CPU = os.environ.get("LUMINAL_OPS_CPU") == "1"
 RUNNER = BIN_DIR / "luminal_op_runner"
 
 TD = {
@@ -80,6 +83,9 @@ class Case:
             for ax, name in inp.sym.items():
                 self.dims[name] = int(inp.t.shape[ax])
         self.result = None  # filled by the session fixture
+        self.result_raw = None  # the reference runtime's outputs
+        self.cpu = None  # (outputs, error) of the CPU backend, with LUMINAL_OPS_CPU=1
+        self.cpu_result = None
 
     @property
     def dtype(self):  # the dtype(s) a case is about: the first part of its tag
@@ -1683,6 +1689,26 @@ def compare(got, exp, scale):
 
 
 def run_runner(cases, workdir: Path):
+    """Run the cases through luminal_op_runner: one process, or with the CPU backend (whose
+    cold kernel compiles dominate) LUMINAL_OPS_JOBS processes (default: one per core) on
+    interleaved slices. Returns {id: (outputs|None, error|None)}."""
+    jobs = int(os.environ.get("LUMINAL_OPS_JOBS", os.cpu_count() or 1)) if CPU else 1
+    jobs = max(1, min(jobs, len(cases)))
+    if jobs == 1:
+        return run_runner_process(cases, workdir)
+    from concurrent.futures import ThreadPoolExecutor
+    dirs = [workdir / f"job{j}" for j in range(jobs)]
+    for d in dirs:
+        d.mkdir()
+    with ThreadPoolExecutor(jobs) as pool:
+        parts = pool.map(lambda j: run_runner_process(cases[j::jobs], dirs[j]), range(jobs))
+        results = {}
+        for part in parts:
+            results.update(part)
+    return results
+
+
+def run_runner_process(cases, workdir: Path):
     """Run every case through one luminal_op_runner process. Returns {id: (outputs|None, error|None)}.
     If the process dies (an internal assertion), the case it was running is recorded as crashed
     and the rest are run again without it."""
@@ -1694,14 +1720,16 @@ def run_runner(cases, workdir: Path):
     save_file(tensors, str(inputs_path))
     results = {}
     crashed = {}
+    cpu_errors = {}
     while True:
         todo = [c for c in cases if c.id not in crashed]
         cases_path = workdir / "cases.json"
         out_path = workdir / "outputs.safetensors"
         cases_path.write_text(json.dumps([c.to_json() for c in todo]))
         search = [] if os.environ.get("LUMINAL_OPS_SEARCH") == "0" else ["--search"]
-        p = subprocess.run([str(RUNNER), *search, str(cases_path), str(inputs_path), str(out_path)],
-                           capture_output=True, text=True, timeout=1800)
+        cpu = ["--cpu"] if CPU else []
+        p = subprocess.run([str(RUNNER), *search, *cpu, str(cases_path), str(inputs_path), str(out_path)],
+                           capture_output=True, text=True, timeout=3600)
         started, errors, shapes = None, {}, {}
         for line in p.stdout.splitlines():
             try:
@@ -1710,6 +1738,8 @@ def run_runner(cases, workdir: Path):
                 continue
             if "start" in msg:
                 started = msg["start"]
+            elif "cpu_error" in msg:
+                cpu_errors[msg["id"]] = msg["cpu_error"]
             elif "error" in msg:
                 errors[msg["id"]] = msg["error"]
             elif "shapes" in msg:
@@ -1727,12 +1757,33 @@ def run_runner(cases, workdir: Path):
         elif c.id in errors:
             results[c.id] = (None, errors[c.id])
         else:
-            k, got = 0, []
+            k, got, cpu_got = 0, [], []
             while f"{c.id}.{k}" in outs:
                 got.append(outs[f"{c.id}.{k}"].reshape(shapes[c.id][k]))
+                if f"{c.id}.cpu.{k}" in outs:
+                    cpu_got.append(outs[f"{c.id}.cpu.{k}"].reshape(shapes[c.id][k]))
                 k += 1
             results[c.id] = (got, None)
+            if CPU:
+                c.cpu = (cpu_got, cpu_errors.get(c.id))
     return results
+
+
+def evaluate_cpu(c: Case):
+    """The CPU backend's outputs against the reference runtime's (same tolerances)."""
+    cpu_got, cpu_error = c.cpu
+    if c.result_raw is None:
+        return {"ok": False, "msg": "no reference result"}
+    if cpu_error is not None:
+        return {"ok": False, "msg": f"error: {cpu_error}"}
+    if len(cpu_got) != len(c.result_raw):
+        return {"ok": False, "msg": f"{len(cpu_got)} outputs, the reference has {len(c.result_raw)}"}
+    msgs = []
+    for k, (g, e) in enumerate(zip(cpu_got, c.result_raw)):
+        ok, _, msg = compare(g, e, c.tol_scale)
+        if not ok:
+            msgs.append(f"output {k}: {msg}")
+    return {"ok": not msgs, "msg": "; ".join(msgs)}
 
 
 def evaluate(c: Case, got, error):
@@ -1777,6 +1828,12 @@ NOTES = """\
   "inf/nan" cases feed 0, -0, +-inf, NaN and friends.
 * Sort-like ops use distinct values (no tie ambiguity), except the explicit tie cases for
   first-occurrence argmax/argmin and stable argsort.
+* Random ops (`rand`, `randn`, `dropout_stats`) cannot match torch's generator: their cases
+  compare statistics (mean, variance, lag-1 correlation, determinism per seed, range) with
+  their expected values.
+* The CPU backend column (LUMINAL_OPS_CPU=1): every case also compiled for the CPU backend
+  (its rules, first candidate, no search) and compared with the reference runtime's
+  result, with the same tolerances.
 
 ## Intended differences from PyTorch
 
@@ -1803,8 +1860,8 @@ def write_ops_md(cases):
              "a row passes when every case of that op matches torch.", "",
              f"**{sum(c.result['ok'] for c in cases)} / {len(cases)} cases pass; "
              f"{sum(all(c.result['ok'] for c in g) for g in groups.values())} / {len(groups)} ops fully pass.**", "",
-             "| op | dtypes | cases | tested | status | max error (abs; rel where abs(torch) > 1) |",
-             "|---|---|---|---|---|---|"]
+             "| op | dtypes | cases | tested | status | max error (abs; rel where abs(torch) > 1) | CPU backend |",
+             "|---|---|---|---|---|---|---|"]
     for op, cs in groups.items():
         dts = []
         for c in cs:
@@ -1822,7 +1879,12 @@ def write_ops_md(cases):
             if c.result["err"] != math.inf:
                 errs[c.dtype] = max(errs[c.dtype], c.result["err"])
         err = ", ".join(f"{d} {e:.1e}" for d, e in errs.items() if e > 0) or "0"
-        lines.append(f"| `{op}` | {' '.join(dts)} | {len(cs)} | {tested} | {status} | {err} |")
+        if CPU:
+            n_cpu = sum(c.cpu_result["ok"] for c in cs)
+            cpu = "pass" if n_cpu == len(cs) else f"**FAIL** ({len(cs) - n_cpu}/{len(cs)})"
+        else:
+            cpu = "not run"
+        lines.append(f"| `{op}` | {' '.join(dts)} | {len(cs)} | {tested} | {status} | {err} | {cpu} |")
     lines += ["", NOTES, "## Failing cases", ""]
     failing = [c for c in cases if not c.result["ok"]]
     if not failing:
@@ -1830,6 +1892,16 @@ def write_ops_md(cases):
     for c in failing:
         msg = c.result["msg"].replace("|", "\\|").replace("\n", " ")
         lines.append(f"* `{c.id}`: {msg[:400]}")
+    lines += ["", "## Failing cases on the CPU backend", ""]
+    if not CPU:
+        lines.append("Not run (LUMINAL_OPS_CPU=1 runs every case on the CPU backend too).")
+    else:
+        failing = [c for c in cases if not c.cpu_result["ok"]]
+        if not failing:
+            lines.append("None.")
+        for c in failing:
+            msg = c.cpu_result["msg"].replace("|", "\\|").replace("\n", " ")
+            lines.append(f"* `{c.id}`: {msg[:400]}")
     (REPO_ROOT / "docs").mkdir(exist_ok=True)
     (REPO_ROOT / "docs" / "ops.md").write_text("\n".join(lines) + "\n")
 
@@ -1847,16 +1919,28 @@ def parity_results(request):
         pytest.fail(f"{RUNNER} not found: build it (cmake --build build/release) or set LUMINAL_BIN_DIR")
     # Only the ops pytest selected (-k), unless docs/ops.md is being written.
     selected = {item.callspec.params["op"] for item in request.session.items
-                if getattr(item, "function", None) is test_op}
+                if getattr(item, "function", None) in (test_op, test_op_cpu)}
     cases = ALL_CASES if os.environ.get("LUMINAL_WRITE_OPS_MD") == "1" else [c for c in ALL_CASES if c.op in selected]
     with tempfile.TemporaryDirectory() as d:
         raw = run_runner(cases, Path(d))
     for c in cases:
         got, error = raw[c.id]
         c.result = evaluate(c, got, error)
+        c.result_raw = got
+        if CPU:
+            c.cpu_result = evaluate_cpu(c)
     if os.environ.get("LUMINAL_WRITE_OPS_MD") == "1":
         write_ops_md(ALL_CASES)
     return {c.id: c.result for c in cases}
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_op_cpu(op, parity_results):
+    if not CPU:
+        pytest.skip("set LUMINAL_OPS_CPU=1 to run the op-parity cases on the CPU backend too")
+    cases = [c for c in ALL_CASES if c.op == op]
+    failures = [f"  {c.id}: {c.cpu_result['msg']}" for c in cases if not c.cpu_result["ok"]]
+    assert not failures, f"{op}: {len(failures)}/{len(cases)} cases differ on the CPU backend:\n" + "\n".join(failures)
 
 
 @pytest.mark.parametrize("op", OPS)
