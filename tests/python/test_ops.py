@@ -1708,54 +1708,56 @@ def run_runner(cases, workdir: Path):
     return results
 
 
-def run_runner_process(cases, workdir: Path):
-    """Run every case through one luminal_op_runner process. Returns {id: (outputs|None, error|None)}.
-    If the process dies (an internal assertion), the case it was running is recorded as crashed
-    and the rest are run again without it."""
+def save_inputs(cases, path: Path):
     tensors = {}
     for c in cases:
         for k, inp in enumerate(c.inputs):
             tensors[f"{c.id}.in.{k}"] = inp.t
-    inputs_path = workdir / "inputs.safetensors"
-    save_file(tensors, str(inputs_path))
-    results = {}
-    crashed = {}
-    cpu_errors = {}
-    while True:
-        todo = [c for c in cases if c.id not in crashed]
-        cases_path = workdir / "cases.json"
-        out_path = workdir / "outputs.safetensors"
-        cases_path.write_text(json.dumps([c.to_json() for c in todo]))
-        search = [] if os.environ.get("LUMINAL_OPS_SEARCH") == "0" else ["--search"]
-        cpu = ["--cpu"] if CPU else []
-        p = subprocess.run([str(RUNNER), *search, *cpu, str(cases_path), str(inputs_path), str(out_path)],
-                           capture_output=True, text=True, timeout=3600)
-        started, errors, shapes = None, {}, {}
-        for line in p.stdout.splitlines():
-            try:
-                msg = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            if "start" in msg:
-                started = msg["start"]
-            elif "cpu_error" in msg:
-                cpu_errors[msg["id"]] = msg["cpu_error"]
-            elif "error" in msg:
-                errors[msg["id"]] = msg["error"]
-            elif "shapes" in msg:
-                shapes[msg["id"]] = msg["shapes"]
-        if p.returncode != 0:
-            if started is None or started in crashed:
-                raise RuntimeError(f"luminal_op_runner failed (rc {p.returncode}):\n{p.stderr[-3000:]}")
-            crashed[started] = f"runner crashed (rc {p.returncode}): {p.stderr.strip()[-600:]}"
+    save_file(tensors, str(path))
+
+
+def export_cases(out_dir: Path, jobs: int):
+    """Write the cases for runner processes elsewhere (a machine with more cores): job<j>/
+    holds cases.json and inputs.safetensors of every jobs-th case. Run there
+    `luminal_op_runner --search --cpu cases.json inputs.safetensors outputs.safetensors >
+    stdout.txt` in each job dir, bring the dirs back, and replay them with
+    LUMINAL_OPS_PRECOMPUTED=<dir>."""
+    cases = ALL_CASES  # the cases pytest generates (the generator is seeded once, at import)
+    for j in range(jobs):
+        d = out_dir / f"job{j}"
+        d.mkdir(parents=True, exist_ok=True)
+        part = cases[j::jobs]
+        (d / "cases.json").write_text(json.dumps([c.to_json() for c in part]))
+        save_inputs(part, d / "inputs.safetensors")
+
+
+def parse_runner_stdout(text: str):
+    started, errors, shapes, cpu_errors = None, {}, {}, {}
+    for line in text.splitlines():
+        try:
+            msg = json.loads(line)
+        except json.JSONDecodeError:
             continue
-        outs = load_file(str(out_path))
-        break
+        if "start" in msg:
+            started = msg["start"]
+        elif "cpu_error" in msg:
+            cpu_errors[msg["id"]] = msg["cpu_error"]
+        elif "error" in msg:
+            errors[msg["id"]] = msg["error"]
+        elif "shapes" in msg:
+            shapes[msg["id"]] = msg["shapes"]
+    return started, errors, shapes, cpu_errors
+
+
+def collect_results(cases, outs, errors, shapes, cpu_errors, crashed):
+    results = {}
     for c in cases:
         if c.id in crashed:
             results[c.id] = (None, crashed[c.id])
         elif c.id in errors:
             results[c.id] = (None, errors[c.id])
+        elif c.id not in shapes:
+            results[c.id] = (None, "no result (the runner did not finish this case)")
         else:
             k, got, cpu_got = 0, [], []
             while f"{c.id}.{k}" in outs:
@@ -1767,6 +1769,45 @@ def run_runner_process(cases, workdir: Path):
             if CPU:
                 c.cpu = (cpu_got, cpu_errors.get(c.id))
     return results
+
+
+def replay_precomputed(cases, root: Path):
+    """Results of runner processes run elsewhere (export_cases)."""
+    outs, errors, shapes, cpu_errors = {}, {}, {}, {}
+    for d in sorted(root.glob("job*")):
+        _, e, sh, ce = parse_runner_stdout((d / "stdout.txt").read_text())
+        errors.update(e)
+        shapes.update(sh)
+        cpu_errors.update(ce)
+        outs.update(load_file(str(d / "outputs.safetensors")))
+    return collect_results(cases, outs, errors, shapes, cpu_errors, {})
+
+
+def run_runner_process(cases, workdir: Path):
+    """Run every case through one luminal_op_runner process. Returns {id: (outputs|None, error|None)}.
+    If the process dies (an internal assertion), the case it was running is recorded as crashed
+    and the rest are run again without it."""
+    inputs_path = workdir / "inputs.safetensors"
+    save_inputs(cases, inputs_path)
+    crashed = {}
+    while True:
+        todo = [c for c in cases if c.id not in crashed]
+        cases_path = workdir / "cases.json"
+        out_path = workdir / "outputs.safetensors"
+        cases_path.write_text(json.dumps([c.to_json() for c in todo]))
+        search = [] if os.environ.get("LUMINAL_OPS_SEARCH") == "0" else ["--search"]
+        cpu = ["--cpu"] if CPU else []
+        p = subprocess.run([str(RUNNER), *search, *cpu, str(cases_path), str(inputs_path), str(out_path)],
+                           capture_output=True, text=True, timeout=3600)
+        started, errors, shapes, cpu_errors = parse_runner_stdout(p.stdout)
+        if p.returncode != 0:
+            if started is None or started in crashed:
+                raise RuntimeError(f"luminal_op_runner failed (rc {p.returncode}):\n{p.stderr[-3000:]}")
+            crashed[started] = f"runner crashed (rc {p.returncode}): {p.stderr.strip()[-600:]}"
+            continue
+        outs = load_file(str(out_path))
+        break
+    return collect_results(cases, outs, errors, shapes, cpu_errors, crashed)
 
 
 def evaluate_cpu(c: Case):
@@ -1921,8 +1962,11 @@ def parity_results(request):
     selected = {item.callspec.params["op"] for item in request.session.items
                 if getattr(item, "function", None) in (test_op, test_op_cpu)}
     cases = ALL_CASES if os.environ.get("LUMINAL_WRITE_OPS_MD") == "1" else [c for c in ALL_CASES if c.op in selected]
-    with tempfile.TemporaryDirectory() as d:
-        raw = run_runner(cases, Path(d))
+    if os.environ.get("LUMINAL_OPS_PRECOMPUTED"):
+        raw = replay_precomputed(cases, Path(os.environ["LUMINAL_OPS_PRECOMPUTED"]))
+    else:
+        with tempfile.TemporaryDirectory() as d:
+            raw = run_runner(cases, Path(d))
     for c in cases:
         got, error = raw[c.id]
         c.result = evaluate(c, got, error)
@@ -1948,3 +1992,13 @@ def test_op(op, parity_results):
     cases = [c for c in ALL_CASES if c.op == op]
     failures = [f"  {c.id}: max err {c.result['err']:.3g}: {c.result['msg']}" for c in cases if not c.result["ok"]]
     assert not failures, f"{op}: {len(failures)}/{len(cases)} cases differ from torch:\n" + "\n".join(failures)
+
+
+if __name__ == "__main__":
+    import argparse
+
+    ap = argparse.ArgumentParser(description="export the op-parity cases for runner processes elsewhere")
+    ap.add_argument("--export", type=Path, required=True)
+    ap.add_argument("--jobs", type=int, default=1)
+    a = ap.parse_args()
+    export_cases(a.export, a.jobs)
