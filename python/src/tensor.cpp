@@ -102,15 +102,20 @@ void bind_tensor(nb::module_& m) {
       .def("hardtanh", &T::hardtanh, "min_val"_a = -1.0, "max_val"_a = 1.0, tie)
       .def("glu", &T::glu, "axis"_a = -1, tie)
       .def("logical_xor", &T::logical_xor, "other"_a, tie)
-      .def("bitwise_and", &T::bitwise_and, "other"_a, tie)
-      .def("bitwise_or", &T::bitwise_or, "other"_a, tie)
-      .def("bitwise_xor", &T::bitwise_xor, "other"_a, tie)
-      .def("__and__", &T::bitwise_and, tie)
-      .def("__or__", &T::bitwise_or, tie)
-      .def("__xor__", &T::bitwise_xor, tie)
       .def("__invert__", &T::bitwise_not, tie)
       .def("masked_fill", nb::overload_cast<const T&, double>(&T::masked_fill, nb::const_), "mask"_a, "value"_a, tie)
       .def("masked_fill", nb::overload_cast<const T&, const T&>(&T::masked_fill, nb::const_), "mask"_a, "value"_a, tie);
+  // Bitwise ops with a tensor or a Python int (bool) on either side.
+#define LUMINAL_PY_BITWISE(name, dunder, rdunder)                                                    \
+  c.def(#name, &T::name, "other"_a, tie)                                                            \
+      .def(#name, [](const T& a, int64_t b) { return a.name(scalar_like(a, double(b))); }, "other"_a, tie) \
+      .def(dunder, &T::name, tie)                                                                   \
+      .def(dunder, [](const T& a, int64_t b) { return a.name(scalar_like(a, double(b))); }, tie)     \
+      .def(rdunder, [](const T& a, int64_t b) { return scalar_like(a, double(b)).name(a); }, tie);
+  LUMINAL_PY_BITWISE(bitwise_and, "__and__", "__rand__")
+  LUMINAL_PY_BITWISE(bitwise_or, "__or__", "__ror__")
+  LUMINAL_PY_BITWISE(bitwise_xor, "__xor__", "__rxor__")
+#undef LUMINAL_PY_BITWISE
   c.def("leaky_relu", &T::leaky_relu, "negative_slope"_a = 0.01, tie)
       .def("softplus", &T::softplus, "beta"_a = 1.0, "threshold"_a = 20.0, tie)
       .def("cast", &T::cast, "dtype"_a, tie);
