@@ -4,6 +4,7 @@
 #pragma once
 
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "luminal/graph.hpp"
@@ -82,6 +83,38 @@ class GraphTensor {
   GraphTensor gelu_tanh() const;  // tanh approximation
   GraphTensor silu() const;
   GraphTensor softplus(double beta = 1, double threshold = 20) const;
+  GraphTensor log1p() const;  // log(1 + x), accurate near 0
+  GraphTensor expm1() const;  // exp(x) - 1, accurate near 0
+  GraphTensor log10() const;
+  GraphTensor trunc() const;  // toward zero; trunc(-0.5) is -0.0
+  GraphTensor fmod(const GraphTensor& b) const;  // C fmod: the sign follows the dividend
+  GraphTensor fmod(double b) const;
+  GraphTensor asin() const;
+  GraphTensor acos() const;
+  GraphTensor atan() const;
+  GraphTensor atan2(const GraphTensor& x) const;  // this is y; C atan2 quadrants and signed zeros
+  GraphTensor sinh() const;
+  GraphTensor cosh() const;
+  GraphTensor asinh() const;
+  GraphTensor acosh() const;
+  GraphTensor atanh() const;
+  GraphTensor isnan() const;     // Bool
+  GraphTensor isinf() const;     // Bool
+  GraphTensor isfinite() const;  // Bool
+  // NaN -> nan, +inf -> posinf, -inf -> neginf (defaults: the dtype's largest/lowest finite).
+  GraphTensor nan_to_num(double nan = 0, std::optional<double> posinf = std::nullopt,
+                         std::optional<double> neginf = std::nullopt) const;
+  GraphTensor elu(double alpha = 1) const;
+  GraphTensor selu() const;
+  GraphTensor celu(double alpha = 1) const;
+  GraphTensor mish() const;
+  GraphTensor hardswish() const;
+  GraphTensor hardsigmoid() const;
+  GraphTensor hardtanh(double min_val = -1, double max_val = 1) const;
+  GraphTensor relu6() const;
+  GraphTensor logsigmoid() const;
+  GraphTensor softsign() const;
+  GraphTensor glu(int axis = -1) const;  // first half * sigmoid(second half) along axis
 
   // ---- comparisons and logic (results are Bool) ----
   GraphTensor lt(const GraphTensor& b) const;
@@ -99,6 +132,15 @@ class GraphTensor {
   GraphTensor logical_and(const GraphTensor& b) const;
   GraphTensor logical_or(const GraphTensor& b) const;
   GraphTensor logical_not() const;
+  GraphTensor logical_xor(const GraphTensor& b) const;
+  // Bitwise ops on integer and Bool tensors (two's complement, as PyTorch).
+  GraphTensor bitwise_and(const GraphTensor& b) const;
+  GraphTensor bitwise_or(const GraphTensor& b) const;
+  GraphTensor bitwise_xor(const GraphTensor& b) const;
+  GraphTensor bitwise_not() const;
+  // self where mask is false, value where it is true (mask broadcasts to self).
+  GraphTensor masked_fill(const GraphTensor& mask, double value) const;
+  GraphTensor masked_fill(const GraphTensor& mask, const GraphTensor& value) const;
   // cond ? a : b, broadcasting all three.
   static GraphTensor where(const GraphTensor& cond, const GraphTensor& a, const GraphTensor& b);
   GraphTensor where(const GraphTensor& a, const GraphTensor& b) const;  // this is the condition
@@ -116,23 +158,87 @@ class GraphTensor {
   GraphTensor argmin(int axis, bool keepdim = false) const;
   GraphTensor sum_all() const;
   GraphTensor cumsum(int axis) const;
+  GraphTensor cumprod(int axis) const;
+  // Running max/min along axis: values and I64 indices (the last occurrence, as PyTorch).
+  std::pair<GraphTensor, GraphTensor> cummax(int axis) const;
+  std::pair<GraphTensor, GraphTensor> cummin(int axis) const;
+  GraphTensor logcumsumexp(int axis) const;
+  GraphTensor any(std::vector<int> axes, bool keepdim = false) const;  // Bool
+  GraphTensor all(std::vector<int> axes, bool keepdim = false) const;  // Bool
+  // Vector p-norm over axes (p may be +-inf or 0), as torch.linalg.vector_norm.
+  GraphTensor norm(double p = 2, std::vector<int> axes = {}, bool keepdim = false) const;
+  // Lower median / k-th smallest (k from 1) along axis: values and I64 indices. NaN propagates (median).
+  std::pair<GraphTensor, GraphTensor> median(int axis, bool keepdim = false) const;
+  std::pair<GraphTensor, GraphTensor> kthvalue(int64_t k, int axis, bool keepdim = false) const;
+  // interpolation: "linear", "lower", "higher", "midpoint" or "nearest" (as torch.quantile).
+  GraphTensor quantile(double q, int axis, bool keepdim = false, const std::string& interpolation = "linear") const;
   GraphTensor softmax(int axis) const;
   GraphTensor log_softmax(int axis) const;
   // Normalise over the trailing dims of `normalized_shape` rank; weight/bias optional.
   GraphTensor layer_norm(size_t normalized_rank, const std::optional<GraphTensor>& weight,
                          const std::optional<GraphTensor>& bias, double eps = 1e-5) const;
   GraphTensor rms_norm(size_t normalized_rank, const std::optional<GraphTensor>& weight, double eps = 1e-6) const;
+  // (N, C, *): normalise each group of C/num_groups channels; weight/bias are (C).
+  GraphTensor group_norm(int num_groups, const std::optional<GraphTensor>& weight,
+                         const std::optional<GraphTensor>& bias, double eps = 1e-5) const;
+  // (N, C, *) over channel axis 1. With running stats: inference; without: batch statistics.
+  GraphTensor batch_norm(const std::optional<GraphTensor>& running_mean, const std::optional<GraphTensor>& running_var,
+                         const std::optional<GraphTensor>& weight, const std::optional<GraphTensor>& bias,
+                         double eps = 1e-5) const;
+  // x / max(||x||_p, eps) along axis (F.normalize).
+  GraphTensor normalize(double p = 2, int axis = 1, double eps = 1e-12) const;
+  // F.cross_entropy with class-index targets: this is (N, C, d...) or (C) logits, target
+  // integer (N, d...) or (); reduction "mean", "sum" or "none".
+  GraphTensor cross_entropy(const GraphTensor& target, const std::optional<GraphTensor>& weight = std::nullopt,
+                            int64_t ignore_index = -100, const std::string& reduction = "mean",
+                            double label_smoothing = 0) const;
+  // Identity unless training; training zeroes elements with probability p (seeded) and scales by 1/(1-p).
+  GraphTensor dropout(double p = 0.5, bool training = false, uint64_t seed = 0) const;
 
   // ---- linear algebra and convolution ----
   GraphTensor matmul(const GraphTensor& b) const;  // torch.matmul semantics, batched + broadcast
   // x @ weight^T + bias; weight is (out, in) as in PyTorch.
   GraphTensor linear(const GraphTensor& weight, const std::optional<GraphTensor>& bias = std::nullopt) const;
+  GraphTensor outer(const GraphTensor& b) const;
+  // 1-D: a square matrix with this on the `offset` diagonal; 2-D: that diagonal as 1-D.
+  GraphTensor diag(int64_t offset = 0) const;
+  GraphTensor diagonal(int64_t offset = 0, int axis1 = 0, int axis2 = 1) const;  // moved to the last axis
+  GraphTensor trace() const;
+  // torch.einsum: "ij,jk->ik"; repeated subscripts take diagonals; "..." broadcasts.
+  static GraphTensor einsum(const std::string& equation, const std::vector<GraphTensor>& operands);
   // Input (N, C, L) / (N, C, H, W); weight (O, C/groups, K...) as in PyTorch.
   GraphTensor conv1d(const GraphTensor& weight, const std::optional<GraphTensor>& bias, int stride = 1,
                      int padding = 0, int dilation = 1, int groups = 1) const;
   GraphTensor conv2d(const GraphTensor& weight, const std::optional<GraphTensor>& bias,
                      std::pair<int, int> stride = {1, 1}, std::pair<int, int> padding = {0, 0},
                      std::pair<int, int> dilation = {1, 1}, int groups = 1) const;
+  GraphTensor conv3d(const GraphTensor& weight, const std::optional<GraphTensor>& bias, std::vector<int> stride = {1},
+                     std::vector<int> padding = {0}, std::vector<int> dilation = {1}, int groups = 1) const;
+  // Transposed convolution over the trailing weight.rank()-2 spatial dims; weight is
+  // (in, out/groups, K...) as in PyTorch. Per-dim lists of length 1 apply to every dim.
+  GraphTensor conv_transpose(const GraphTensor& weight, const std::optional<GraphTensor>& bias,
+                             std::vector<int> stride = {1}, std::vector<int> padding = {0},
+                             std::vector<int> output_padding = {0}, int groups = 1,
+                             std::vector<int> dilation = {1}) const;
+  // Pooling over the trailing `kernel.size()` dims (1, 2 or 3); stride empty or 0: = kernel.
+  GraphTensor max_pool(std::vector<int> kernel, std::vector<int> stride = {}, std::vector<int> padding = {0},
+                       std::vector<int> dilation = {1}, bool ceil_mode = false) const;
+  GraphTensor avg_pool(std::vector<int> kernel, std::vector<int> stride = {}, std::vector<int> padding = {0},
+                       bool ceil_mode = false, bool count_include_pad = true) const;
+  GraphTensor max_pool1d(int kernel, int stride = 0, int padding = 0) const;
+  GraphTensor avg_pool1d(int kernel, int stride = 0, int padding = 0) const;
+  // Adaptive pooling to `output_size` over the trailing output_size.size() dims (static sizes).
+  GraphTensor adaptive_avg_pool(std::vector<int64_t> output_size) const;
+  GraphTensor adaptive_max_pool(std::vector<int64_t> output_size) const;
+  // Resize the trailing size.size() spatial dims: mode "nearest", "nearest-exact",
+  // "linear"/"bilinear"/"trilinear" (align_corners as PyTorch).
+  GraphTensor interpolate(std::vector<int64_t> size, const std::string& mode = "nearest",
+                          bool align_corners = false) const;
+  // F.unfold (im2col): (N, C, H, W) -> (N, C*kh*kw, L).
+  GraphTensor im2col(std::pair<int, int> kernel, std::pair<int, int> dilation = {1, 1},
+                     std::pair<int, int> padding = {0, 0}, std::pair<int, int> stride = {1, 1}) const;
+  GraphTensor pixel_shuffle(int upscale) const;
+  GraphTensor pixel_unshuffle(int downscale) const;
   GraphTensor max_pool2d(std::pair<int, int> kernel, std::pair<int, int> stride = {0, 0},
                          std::pair<int, int> padding = {0, 0}) const;  // stride 0: = kernel
   GraphTensor avg_pool2d(std::pair<int, int> kernel, std::pair<int, int> stride = {0, 0},
@@ -164,6 +270,12 @@ class GraphTensor {
   GraphTensor flip(std::vector<int> axes) const;
   GraphTensor tril(int64_t diagonal = 0) const;
   GraphTensor triu(int64_t diagonal = 0) const;
+  GraphTensor roll(std::vector<int64_t> shifts, std::vector<int> axes = {}) const;  // no axes: flattened
+  GraphTensor movedim(std::vector<int> source, std::vector<int> destination) const;
+  std::vector<GraphTensor> unbind(int axis = 0) const;
+  GraphTensor repeat_interleave(int64_t repeats, std::optional<int> axis = std::nullopt) const;
+  // Tensor.unfold: windows of `size` every `step` along axis, appended as the last dim.
+  GraphTensor unfold(int axis, int64_t size, int64_t step) const;
 
   // ---- indexing ----
   // torch.gather: out[i][j] = self[index[i][j]][j] for axis 0, etc.
@@ -172,6 +284,14 @@ class GraphTensor {
   // torch.Tensor.scatter (no reduce): copy of self with self[index[i][j]][j] = src[i][j] for axis 0.
   GraphTensor scatter(int axis, const GraphTensor& index, const GraphTensor& src) const;
   GraphTensor index_select(int axis, const GraphTensor& index) const;  // index is 1-D
+  // torch scatter_add: self[index[i][j]][j] += src[i][j] (axis 0); duplicates accumulate.
+  GraphTensor scatter_add(int axis, const GraphTensor& index, const GraphTensor& src) const;
+  // self[.., index[k], ..] += alpha * source[.., k, ..] along axis (index 1-D).
+  GraphTensor index_add(int axis, const GraphTensor& index, const GraphTensor& source, double alpha = 1) const;
+  // self[indices[0], indices[1], ...] = values (or += with accumulate); the index tensors
+  // broadcast together and address the leading indices.size() dims.
+  GraphTensor index_put(const std::vector<GraphTensor>& indices, const GraphTensor& values,
+                        bool accumulate = false) const;
   GraphTensor embedding(const GraphTensor& ids) const;  // this is the (vocab, dim) table
   GraphTensor one_hot(int64_t num_classes) const;  // I64 result, as torch
   // Values and indices (I64) of the k largest (or smallest) along axis, sorted.
@@ -187,6 +307,16 @@ class GraphTensor {
   ShapeTracker view_;
   DType dtype_ = DType::F32;
 };
+
+// Seeded, counter-based random numbers (a hash of the element index and the seed, so the
+// same seed gives the same tensor on every runtime): uniform in [0, 1) and standard normal.
+GraphTensor rand(Graph& g, const Shape& shape, uint64_t seed, DType dtype = DType::F32);
+GraphTensor randn(Graph& g, const Shape& shape, uint64_t seed, DType dtype = DType::F32);
+GraphTensor full(Graph& g, const Shape& shape, double value, DType dtype = DType::F32);
+GraphTensor zeros(Graph& g, const Shape& shape, DType dtype = DType::F32);
+GraphTensor ones(Graph& g, const Shape& shape, DType dtype = DType::F32);
+GraphTensor eye(Graph& g, const Expression& n, std::optional<Expression> m = std::nullopt, DType dtype = DType::F32);
+GraphTensor linspace(Graph& g, double start, double end, int64_t steps, DType dtype = DType::F32);
 
 // Tensor with a scalar on either side, as a broadcast constant of the tensor's dtype.
 GraphTensor scalar_like(const GraphTensor& like, double value);

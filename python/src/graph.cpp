@@ -144,6 +144,23 @@ void bind_graph(nb::module_& m) {
            nb::call_policy<TiesToGraph>())
       .def("arange", nb::overload_cast<double, double, double, DType>(&Graph::arange), "start"_a, "end"_a,
            "step"_a = 1.0, "dtype"_a = DType::F32, nb::call_policy<TiesToGraph>())
+      .def("full", [](Graph& g, const Shape& shape, double value, DType dtype) { return full(g, shape, value, dtype); },
+           "shape"_a, "value"_a, "dtype"_a = DType::F32, nb::call_policy<TiesToGraph>())
+      .def("zeros", [](Graph& g, const Shape& shape, DType dtype) { return zeros(g, shape, dtype); }, "shape"_a,
+           "dtype"_a = DType::F32, nb::call_policy<TiesToGraph>())
+      .def("ones", [](Graph& g, const Shape& shape, DType dtype) { return ones(g, shape, dtype); }, "shape"_a,
+           "dtype"_a = DType::F32, nb::call_policy<TiesToGraph>())
+      .def("eye", [](Graph& g, const Expression& n, std::optional<Expression> m, DType dtype) { return eye(g, n, m, dtype); },
+           "n"_a, "m"_a = nb::none(), "dtype"_a = DType::F32, nb::call_policy<TiesToGraph>())
+      .def("linspace", [](Graph& g, double start, double end, int64_t steps, DType dtype) {
+             return linspace(g, start, end, steps, dtype);
+           }, "start"_a, "end"_a, "steps"_a, "dtype"_a = DType::F32, nb::call_policy<TiesToGraph>())
+      .def("rand", [](Graph& g, const Shape& shape, uint64_t seed, DType dtype) { return rand(g, shape, seed, dtype); },
+           "shape"_a, "seed"_a = 0, "dtype"_a = DType::F32, nb::call_policy<TiesToGraph>(),
+           "Uniform [0, 1): a counter-based hash of the element index and the seed (the same on every runtime).")
+      .def("randn", [](Graph& g, const Shape& shape, uint64_t seed, DType dtype) { return randn(g, shape, seed, dtype); },
+           "shape"_a, "seed"_a = 0, "dtype"_a = DType::F32, nb::call_policy<TiesToGraph>(),
+           "Standard normal (Box-Muller on the same counter-based hash as rand).")
       .def("iota", &Graph::iota, "value"_a, "shape"_a, "dtype"_a = DType::I32, nb::call_policy<TiesToGraph>(),
            "Element at flat index z is value(z); Expression.var('z') is the index.")
       .def("update", &Graph::update, "state"_a, "value"_a, nb::call_policy<TiesToGraph>(),

@@ -86,7 +86,36 @@ void bind_tensor(nb::module_& m) {
   LUMINAL_PY_UNARY(floor) LUMINAL_PY_UNARY(ceil) LUMINAL_PY_UNARY(round) LUMINAL_PY_UNARY(erf)
   LUMINAL_PY_UNARY(tanh) LUMINAL_PY_UNARY(sigmoid) LUMINAL_PY_UNARY(relu) LUMINAL_PY_UNARY(gelu)
   LUMINAL_PY_UNARY(gelu_tanh) LUMINAL_PY_UNARY(silu) LUMINAL_PY_UNARY(logical_not) LUMINAL_PY_UNARY(t)
+  LUMINAL_PY_UNARY(log1p) LUMINAL_PY_UNARY(expm1) LUMINAL_PY_UNARY(log10) LUMINAL_PY_UNARY(trunc)
+  LUMINAL_PY_UNARY(asin) LUMINAL_PY_UNARY(acos) LUMINAL_PY_UNARY(atan) LUMINAL_PY_UNARY(sinh) LUMINAL_PY_UNARY(cosh)
+  LUMINAL_PY_UNARY(asinh) LUMINAL_PY_UNARY(acosh) LUMINAL_PY_UNARY(atanh) LUMINAL_PY_UNARY(isnan)
+  LUMINAL_PY_UNARY(isinf) LUMINAL_PY_UNARY(isfinite) LUMINAL_PY_UNARY(selu) LUMINAL_PY_UNARY(mish)
+  LUMINAL_PY_UNARY(hardswish) LUMINAL_PY_UNARY(hardsigmoid) LUMINAL_PY_UNARY(relu6) LUMINAL_PY_UNARY(logsigmoid)
+  LUMINAL_PY_UNARY(softsign) LUMINAL_PY_UNARY(bitwise_not) LUMINAL_PY_UNARY(trace)
 #undef LUMINAL_PY_UNARY
+  c.def("fmod", nb::overload_cast<const T&>(&T::fmod, nb::const_), "other"_a, tie)
+      .def("fmod", nb::overload_cast<double>(&T::fmod, nb::const_), "other"_a, tie)
+      .def("atan2", &T::atan2, "other"_a, tie, "atan2(self, other): self is y")
+      .def("nan_to_num", &T::nan_to_num, "nan"_a = 0.0, "posinf"_a = nb::none(), "neginf"_a = nb::none(), tie)
+      .def("elu", &T::elu, "alpha"_a = 1.0, tie)
+      .def("celu", &T::celu, "alpha"_a = 1.0, tie)
+      .def("hardtanh", &T::hardtanh, "min_val"_a = -1.0, "max_val"_a = 1.0, tie)
+      .def("glu", &T::glu, "axis"_a = -1, tie)
+      .def("logical_xor", &T::logical_xor, "other"_a, tie)
+      .def("__invert__", &T::bitwise_not, tie)
+      .def("masked_fill", nb::overload_cast<const T&, double>(&T::masked_fill, nb::const_), "mask"_a, "value"_a, tie)
+      .def("masked_fill", nb::overload_cast<const T&, const T&>(&T::masked_fill, nb::const_), "mask"_a, "value"_a, tie);
+  // Bitwise ops with a tensor or a Python int (bool) on either side.
+#define LUMINAL_PY_BITWISE(name, dunder, rdunder)                                                    \
+  c.def(#name, &T::name, "other"_a, tie)                                                            \
+      .def(#name, [](const T& a, int64_t b) { return a.name(scalar_like(a, double(b))); }, "other"_a, tie) \
+      .def(dunder, &T::name, tie)                                                                   \
+      .def(dunder, [](const T& a, int64_t b) { return a.name(scalar_like(a, double(b))); }, tie)     \
+      .def(rdunder, [](const T& a, int64_t b) { return scalar_like(a, double(b)).name(a); }, tie);
+  LUMINAL_PY_BITWISE(bitwise_and, "__and__", "__rand__")
+  LUMINAL_PY_BITWISE(bitwise_or, "__or__", "__ror__")
+  LUMINAL_PY_BITWISE(bitwise_xor, "__xor__", "__rxor__")
+#undef LUMINAL_PY_BITWISE
   c.def("leaky_relu", &T::leaky_relu, "negative_slope"_a = 0.01, tie)
       .def("softplus", &T::softplus, "beta"_a = 1.0, "threshold"_a = 20.0, tie)
       .def("cast", &T::cast, "dtype"_a, tie);
@@ -116,7 +145,7 @@ void bind_tensor(nb::module_& m) {
 #define LUMINAL_PY_REDUCE(name) \
   c.def(#name, reduction(&T::name), "axes"_a = nb::none(), "keepdim"_a = false, tie);
   LUMINAL_PY_REDUCE(sum) LUMINAL_PY_REDUCE(mean) LUMINAL_PY_REDUCE(max) LUMINAL_PY_REDUCE(min)
-  LUMINAL_PY_REDUCE(prod) LUMINAL_PY_REDUCE(logsumexp)
+  LUMINAL_PY_REDUCE(prod) LUMINAL_PY_REDUCE(logsumexp) LUMINAL_PY_REDUCE(any) LUMINAL_PY_REDUCE(all)
 #undef LUMINAL_PY_REDUCE
   c.def("var", [](const T& t, nb::handle axes, bool keepdim, int correction) {
          return t.var(axes_of(t, axes), keepdim, correction);
@@ -127,6 +156,24 @@ void bind_tensor(nb::module_& m) {
       .def("argmax", &T::argmax, "axis"_a, "keepdim"_a = false, tie)
       .def("argmin", &T::argmin, "axis"_a, "keepdim"_a = false, tie)
       .def("cumsum", &T::cumsum, "axis"_a, tie)
+      .def("cumprod", &T::cumprod, "axis"_a, tie)
+      .def("cummax", &T::cummax, "axis"_a, tie, "(values, indices)")
+      .def("cummin", &T::cummin, "axis"_a, tie, "(values, indices)")
+      .def("logcumsumexp", &T::logcumsumexp, "axis"_a, tie)
+      .def("norm", [](const T& t, double p, nb::handle axes, bool keepdim) { return t.norm(p, axes_of(t, axes), keepdim); },
+           "p"_a = 2.0, "axes"_a = nb::none(), "keepdim"_a = false, tie, "vector p-norm (torch.linalg.vector_norm)")
+      .def("median", &T::median, "axis"_a = -1, "keepdim"_a = false, tie, "(values, indices); lower median")
+      .def("kthvalue", &T::kthvalue, "k"_a, "axis"_a = -1, "keepdim"_a = false, tie, "(values, indices)")
+      .def("quantile", &T::quantile, "q"_a, "axis"_a = -1, "keepdim"_a = false, "interpolation"_a = "linear", tie)
+      .def("group_norm", &T::group_norm, "num_groups"_a, "weight"_a = nb::none(), "bias"_a = nb::none(), "eps"_a = 1e-5,
+           tie)
+      .def("batch_norm", &T::batch_norm, "running_mean"_a = nb::none(), "running_var"_a = nb::none(),
+           "weight"_a = nb::none(), "bias"_a = nb::none(), "eps"_a = 1e-5, tie,
+           "with running stats: inference; without: batch statistics")
+      .def("normalize", &T::normalize, "p"_a = 2.0, "axis"_a = 1, "eps"_a = 1e-12, tie)
+      .def("cross_entropy", &T::cross_entropy, "target"_a, "weight"_a = nb::none(), "ignore_index"_a = -100,
+           "reduction"_a = "mean", "label_smoothing"_a = 0.0, tie)
+      .def("dropout", &T::dropout, "p"_a = 0.5, "training"_a = false, "seed"_a = 0, tie)
       .def("softmax", &T::softmax, "axis"_a, tie)
       .def("log_softmax", &T::log_softmax, "axis"_a, tie)
       .def("layer_norm", &T::layer_norm, "normalized_rank"_a, "weight"_a = nb::none(), "bias"_a = nb::none(),
@@ -140,6 +187,28 @@ void bind_tensor(nb::module_& m) {
            "dilation"_a = 1, "groups"_a = 1, tie)
       .def("conv2d", &T::conv2d, "weight"_a, "bias"_a = nb::none(), "stride"_a = std::pair{1, 1},
            "padding"_a = std::pair{0, 0}, "dilation"_a = std::pair{1, 1}, "groups"_a = 1, tie)
+      .def("outer", &T::outer, "other"_a, tie)
+      .def("diag", &T::diag, "offset"_a = 0, tie)
+      .def("diagonal", &T::diagonal, "offset"_a = 0, "axis1"_a = 0, "axis2"_a = 1, tie)
+      .def_static("einsum", &T::einsum, "equation"_a, "operands"_a, tie)
+      .def("conv3d", &T::conv3d, "weight"_a, "bias"_a = nb::none(), "stride"_a = std::vector<int>{1},
+           "padding"_a = std::vector<int>{0}, "dilation"_a = std::vector<int>{1}, "groups"_a = 1, tie)
+      .def("conv_transpose", &T::conv_transpose, "weight"_a, "bias"_a = nb::none(), "stride"_a = std::vector<int>{1},
+           "padding"_a = std::vector<int>{0}, "output_padding"_a = std::vector<int>{0}, "groups"_a = 1,
+           "dilation"_a = std::vector<int>{1}, tie, "weight (in, out/groups, K..); 1 to 3 spatial dims")
+      .def("max_pool", &T::max_pool, "kernel"_a, "stride"_a = std::vector<int>{}, "padding"_a = std::vector<int>{0},
+           "dilation"_a = std::vector<int>{1}, "ceil_mode"_a = false, tie, "over the trailing len(kernel) dims")
+      .def("avg_pool", &T::avg_pool, "kernel"_a, "stride"_a = std::vector<int>{}, "padding"_a = std::vector<int>{0},
+           "ceil_mode"_a = false, "count_include_pad"_a = true, tie, "over the trailing len(kernel) dims")
+      .def("max_pool1d", &T::max_pool1d, "kernel"_a, "stride"_a = 0, "padding"_a = 0, tie)
+      .def("avg_pool1d", &T::avg_pool1d, "kernel"_a, "stride"_a = 0, "padding"_a = 0, tie)
+      .def("adaptive_avg_pool", &T::adaptive_avg_pool, "output_size"_a, tie)
+      .def("adaptive_max_pool", &T::adaptive_max_pool, "output_size"_a, tie)
+      .def("interpolate", &T::interpolate, "size"_a, "mode"_a = "nearest", "align_corners"_a = false, tie)
+      .def("im2col", &T::im2col, "kernel"_a, "dilation"_a = std::pair{1, 1}, "padding"_a = std::pair{0, 0},
+           "stride"_a = std::pair{1, 1}, tie, "F.unfold")
+      .def("pixel_shuffle", &T::pixel_shuffle, "upscale"_a, tie)
+      .def("pixel_unshuffle", &T::pixel_unshuffle, "downscale"_a, tie)
       .def("max_pool2d", &T::max_pool2d, "kernel"_a, "stride"_a = std::pair{0, 0}, "padding"_a = std::pair{0, 0}, tie)
       .def("avg_pool2d", &T::avg_pool2d, "kernel"_a, "stride"_a = std::pair{0, 0}, "padding"_a = std::pair{0, 0}, tie);
 
@@ -166,12 +235,32 @@ void bind_tensor(nb::module_& m) {
       .def("repeat", &T::repeat, "times"_a, tie)
       .def("flip", &T::flip, "axes"_a, tie)
       .def("tril", &T::tril, "diagonal"_a = 0, tie)
-      .def("triu", &T::triu, "diagonal"_a = 0, tie);
+      .def("triu", &T::triu, "diagonal"_a = 0, tie)
+      .def("roll", [](const T& t, nb::handle shifts, nb::handle axes) {
+             std::vector<int64_t> s = nb::isinstance<nb::int_>(shifts) ? std::vector<int64_t>{nb::cast<int64_t>(shifts)}
+                                                                        : nb::cast<std::vector<int64_t>>(shifts);
+             std::vector<int> a;
+             if (!axes.is_none()) a = nb::isinstance<nb::int_>(axes) ? std::vector<int>{nb::cast<int>(axes)}
+                                                                     : nb::cast<std::vector<int>>(axes);
+             return t.roll(s, a);
+           }, "shifts"_a, "axes"_a = nb::none(), tie)
+      .def("movedim", [](const T& t, nb::handle source, nb::handle destination) {
+             auto ints = [](nb::handle h) {
+               return nb::isinstance<nb::int_>(h) ? std::vector<int>{nb::cast<int>(h)} : nb::cast<std::vector<int>>(h);
+             };
+             return t.movedim(ints(source), ints(destination));
+           }, "source"_a, "destination"_a, tie)
+      .def("unbind", &T::unbind, "axis"_a = 0, tie)
+      .def("repeat_interleave", &T::repeat_interleave, "repeats"_a, "axis"_a = nb::none(), tie)
+      .def("unfold", &T::unfold, "axis"_a, "size"_a, "step"_a, tie, "Tensor.unfold: windows as a new last dim");
 
   // Indexing.
   c.def("gather", &T::gather, "axis"_a, "index"_a, tie)
       .def("scatter", &T::scatter, "axis"_a, "index"_a, "src"_a, tie)
       .def("index_select", &T::index_select, "axis"_a, "index"_a, tie)
+      .def("scatter_add", &T::scatter_add, "axis"_a, "index"_a, "src"_a, tie)
+      .def("index_add", &T::index_add, "axis"_a, "index"_a, "source"_a, "alpha"_a = 1.0, tie)
+      .def("index_put", &T::index_put, "indices"_a, "values"_a, "accumulate"_a = false, tie)
       .def("embedding", &T::embedding, "ids"_a, tie, "self is the (vocab, dim) table")
       .def("one_hot", &T::one_hot, "num_classes"_a, tie)
       .def("topk", &T::topk, "k"_a, "axis"_a = -1, "largest"_a = true, tie)

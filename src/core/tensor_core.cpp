@@ -229,7 +229,8 @@ GraphTensor GraphTensor::floor_div(const GraphTensor& b) const {
 GraphTensor GraphTensor::abs() const {
   UserOpScope user_op("abs");
   if (dtype_ == DType::Bool || dtype_ == DType::U8) return *this;
-  return where(lt(0.0), -*this, *this);
+  GraphTensor r = where(lt(0.0), -*this, *this);
+  return is_float(dtype_) ? r + 0.0 : r;  // -0.0 + 0.0 is +0.0; every other value is unchanged
 }
 GraphTensor GraphTensor::sign() const {
   UserOpScope user_op("sign");

@@ -223,4 +223,101 @@ std::pair<GraphTensor, GraphTensor> GraphTensor::topk(int64_t k, int axis, bool 
   return {gather(axis, idx), idx};
 }
 
+GraphTensor GraphTensor::scatter_add(int axis, const GraphTensor& index, const GraphTensor& src_in) const {
+  UserOpScope user_op("scatter_add");
+  axis = normalize_axis(axis, rank(), "scatter_add");
+  check_index(*this, index, "scatter_add");
+  LUMINAL_CHECK(src_in.rank() == rank(), "scatter_add: src ", to_string(src_in.shape()), " and self ",
+                to_string(shape()), " must have the same rank");
+  GraphTensor src = src_in.cast(dtype_);
+  for (int d = 0; d < static_cast<int>(rank()); ++d) {
+    LUMINAL_CHECK(d == axis || fits(index.dim(d), dim(d)), "scatter_add: index ", to_string(index.shape()),
+                  " is larger than self ", to_string(shape()), " in dimension ", d);
+    LUMINAL_CHECK(fits(index.dim(d), src.dim(d)), "scatter_add: index ", to_string(index.shape()),
+                  " is larger than src ", to_string(src_in.shape()), " in dimension ", d);
+    if (!(index.dim(d) == src.dim(d))) src = src.slice(d, 0, index.dim(d));
+  }
+  // (.., i, k, ..): does index position k (along axis) land on row i? Summed over k.
+  // Duplicates therefore accumulate. Selecting with where (not multiplying by the mask)
+  // keeps inf/NaN of non-matching positions out.
+  Shape full = index.shape();
+  full.insert(full.begin() + axis, dim(axis));
+  GraphTensor rows = graph_->iota(index_coords(full)[axis], full, DType::I64);
+  GraphTensor hit = index.cast(DType::I64).unsqueeze(axis).expand(full).eq(rows);
+  // Reading self at every index makes the runtime check each index against the axis (an
+  // out-of-range index is an error, as in PyTorch); the always-true test keeps it alive.
+  GraphTensor probe = gather(axis, index);
+  GraphTensor checked = probe.eq(probe).logical_or(probe.ne(probe));
+  hit = hit.logical_and(checked.unsqueeze(axis));
+  GraphTensor zero = scalar_like(src, 0);
+  GraphTensor add = where(hit, src.unsqueeze(axis).expand(full), zero).sum({axis + 1}).cast(dtype_);
+  GraphTensor touched = hit.any({axis + 1});
+  // Index dims smaller than self's: nothing lands beyond them.
+  for (int d = 0; d < static_cast<int>(rank()); ++d) {
+    if (d == axis || index.dim(d) == dim(d)) continue;
+    add = add.pad(d, 0, dim(d) - index.dim(d));
+    touched = touched.pad(d, 0, dim(d) - index.dim(d));
+  }
+  // Untouched elements stay bit-identical (-0.0 + 0.0 would be +0.0).
+  return where(touched, *this + add, *this);
+}
+
+GraphTensor GraphTensor::index_add(int axis, const GraphTensor& index, const GraphTensor& source, double alpha) const {
+  UserOpScope user_op("index_add");
+  axis = normalize_axis(axis, rank(), "index_add");
+  LUMINAL_CHECK(index.rank() == 1, "index_add: index must be 1-D, got ", to_string(index.shape()));
+  LUMINAL_CHECK(source.rank() == rank() && source.dim(axis) == index.dim(0), "index_add: source ",
+                to_string(source.shape()), " must match self ", to_string(shape()), " with ", index.dim(0),
+                " entries along dimension ", axis);
+  for (int d = 0; d < static_cast<int>(rank()); ++d)
+    LUMINAL_CHECK(d == axis || source.dim(d) == dim(d), "index_add: source ", to_string(source.shape()),
+                  " and self ", to_string(shape()), " differ in dimension ", d);
+  GraphTensor idx = index;
+  for (int d = 0; d < axis; ++d) idx = idx.unsqueeze(0);
+  while (idx.rank() < rank()) idx = idx.unsqueeze(-1);
+  GraphTensor src = source.cast(dtype_);
+  if (alpha != 1) src = (src * alpha).cast(dtype_);
+  return scatter_add(axis, idx.expand(source.shape()), src);
+}
+
+GraphTensor GraphTensor::index_put(const std::vector<GraphTensor>& indices, const GraphTensor& values,
+                                   bool accumulate) const {
+  UserOpScope user_op("index_put");
+  LUMINAL_CHECK(!indices.empty() && indices.size() <= rank(), "index_put: ", indices.size(),
+                " index tensors for a tensor of rank ", rank());
+  Shape b = indices[0].shape();
+  for (const auto& ix : indices) {
+    LUMINAL_CHECK(!is_float(ix.dtype()) && ix.dtype() != DType::Bool, "index_put: indices must be integer tensors "
+                  "(Bool masks are not supported), got ", dtype_name(ix.dtype()));
+    b = broadcast_shapes(b, ix.shape());
+  }
+  size_t k = indices.size();
+  // Flat position over the leading k dims (negative indices count from the end).
+  Expression lead = 1;
+  for (size_t d = 0; d < k; ++d) lead = lead * dim(static_cast<int>(d));
+  GraphTensor flat = graph_->constant(0, DType::I64).expand(b);
+  for (size_t d = 0; d < k; ++d) {
+    GraphTensor n = int_scalar(*graph_, dim(static_cast<int>(d)), DType::I64);
+    GraphTensor ix = indices[d].cast(DType::I64).expand(b);
+    ix = where(ix.lt(0.0), ix + n, ix);
+    flat = flat * n + ix;
+  }
+  Shape full_shape = shape();
+  Shape rest(full_shape.begin() + static_cast<long>(k), full_shape.end());
+  Shape target = b;
+  target.insert(target.end(), rest.begin(), rest.end());
+  Expression m = product(b);
+  Shape rows = {m};
+  rows.insert(rows.end(), rest.begin(), rest.end());
+  Shape self_rows = {lead};
+  self_rows.insert(self_rows.end(), rest.begin(), rest.end());
+  GraphTensor vals = values.cast(dtype_).expand(target).reshape(rows);
+  GraphTensor idx = flat.reshape({m});
+  for (size_t d = 0; d < rest.size(); ++d) idx = idx.unsqueeze(-1);
+  idx = idx.expand(rows);
+  GraphTensor base = reshape(self_rows);
+  GraphTensor r = accumulate ? base.scatter_add(0, idx, vals) : base.scatter(0, idx, vals);
+  return r.reshape(shape());
+}
+
 }  // namespace luminal

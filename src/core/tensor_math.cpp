@@ -70,7 +70,9 @@ GraphTensor GraphTensor::floor() const {
   // Floor modulo keeps the fractional part in [0, 1). Values of magnitude >= 2^52 are
   // already integers in every float dtype, and +-inf % 1 is NaN: pass those (and NaN) through.
   GraphTensor finite = abs().lt(4503599627370496.0);
-  return where(finite, *this - *this % 1.0, *this);
+  GraphTensor r = *this - *this % 1.0;
+  r = where(r.eq(0.0), *this * 0.0, r);  // a zero keeps x's sign: floor(-0.0) is -0.0 (x - x mod 1 gives +0.0)
+  return where(finite, r, *this);
 }
 GraphTensor GraphTensor::ceil() const {
   UserOpScope user_op("ceil");
@@ -86,7 +88,9 @@ GraphTensor GraphTensor::round() const {
   GraphTensor r = (*this + 0.5).floor();
   GraphTensor tie = (r - *this).eq(0.5);
   GraphTensor odd = (r % 2.0).eq(1.0);
-  return where(big, *this, r - tie.logical_and(odd).cast(dtype_));
+  r = r - tie.logical_and(odd).cast(dtype_);
+  r = where(r.eq(0.0), *this * 0.0, r);  // round(-0.4) and round(-0.0) are -0.0
+  return where(big, *this, r);
 }
 
 GraphTensor GraphTensor::tanh() const {
@@ -95,7 +99,11 @@ GraphTensor GraphTensor::tanh() const {
   GraphTensor x = to_float(*this);
   GraphTensor e = (x.abs() * (-2.0 * std::numbers::log2e)).exp2();  // exp(-2|x|) in (0, 1]
   GraphTensor t = (1.0 - e) / (1.0 + e);
-  return where(x.lt(0.0), -t, t);
+  t = where(x.lt(0.0), -t, t);
+  // Below this, tanh(x) rounds to x in the dtype, and 1 - e would cancel: x itself (which
+  // keeps -0.0 too).
+  double tiny = x.dtype() == DType::F64 ? 1e-9 : 1e-4;
+  return where(x.abs().lt(tiny), x, t);
 }
 
 GraphTensor GraphTensor::sigmoid() const {
@@ -146,7 +154,8 @@ GraphTensor GraphTensor::erf() const {
     GraphTensor erfc = t * (poly - z * z).exp();
     r = where(z.lt(0.5), erf_series(z, 8), 1.0 - erfc);
   }
-  return where(x.lt(0.0), -r, r);
+  r = where(x.lt(0.0), -r, r);
+  return where(x.eq(0.0), x, r);  // erf(-0.0) is -0.0
 }
 
 GraphTensor GraphTensor::relu() const {
@@ -164,7 +173,7 @@ GraphTensor GraphTensor::gelu_tanh() const {
   UserOpScope user_op("gelu_tanh");
   GraphTensor x = to_float(*this);
   const double k = std::sqrt(2.0 / std::numbers::pi);
-  return x * 0.5 * ((x + x * x * x * 0.044715) * k).tanh() + x * 0.5;
+  return x * 0.5 * (((x + x * x * x * 0.044715) * k).tanh() + 1.0);  // torch's form: -0.0 where 1 + tanh is 0
 }
 GraphTensor GraphTensor::silu() const {
   UserOpScope user_op("silu");

@@ -1,6 +1,9 @@
 // luminal_op_runner: runs a batch of single-op test cases on the ReferenceRuntime.
 //
-//   luminal_op_runner [--search] cases.json inputs.safetensors outputs.safetensors
+//   luminal_op_runner [--search] [--cpu] cases.json inputs.safetensors outputs.safetensors
+//
+// --cpu also compiles every case for the CPU backend (no search: its rules and the first
+// candidate) and writes its output k as "<id>.cpu.<k>", or reports {"id", "cpu_error"}.
 //
 // cases.json is a list of cases:
 //   {"id": "add.f32.bcast", "op": "add",
@@ -25,6 +28,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "luminal/cpu/cpu_runtime.hpp"
 #include "luminal/luminal.hpp"
 #include "luminal/safetensors.hpp"
 
@@ -34,6 +38,15 @@ using namespace luminal;
 namespace {
 
 bool g_search = false;  // --search: compile with the default CompileOptions
+bool g_cpu = false;     // --cpu: run every case on the CPU backend as well
+// The CPU runtime every case's runtime is a fresh() copy of: compiled kernels are shared
+// in memory across cases (and cached on disk across runs).
+cpu::CpuRuntime& cpu_prototype() {
+  static cpu::CpuRuntime proto;
+  return proto;
+}
+Graph* g_graph = nullptr;  // the graph of the case being built (ops without inputs create in it)
+Graph* current_graph() { return g_graph; }
 
 using Ins = std::vector<GraphTensor>;
 using Outs = std::vector<GraphTensor>;
@@ -69,6 +82,13 @@ std::pair<int, int> pair2(const json& args, const char* key, int def) {
   const json& j = args[key];
   if (j.is_number()) return {j.get<int>(), j.get<int>()};
   return {j[0].get<int>(), j[1].get<int>()};
+}
+// A per-dim list (or one int for every dim).
+std::vector<int> vec(const json& args, const char* key, int def) {
+  if (!args.contains(key)) return {def};
+  const json& j = args[key];
+  if (j.is_number()) return {j.get<int>()};
+  return j.get<std::vector<int>>();
 }
 std::optional<GraphTensor> opt_input(Ins& in, size_t i) {
   if (i < in.size()) return in[i];
@@ -143,7 +163,32 @@ const std::map<std::string, OpFn>& registry() {
       {"softplus", [](Ins& in, const json& a) -> Outs {
          return {in[0].softplus(arg(a, "beta", 1.0), arg(a, "threshold", 20.0))};
        }},
+      UNARY(log1p), UNARY(expm1), UNARY(log10), UNARY(trunc), UNARY(asin), UNARY(acos), UNARY(atan),
+      UNARY(sinh), UNARY(cosh), UNARY(asinh), UNARY(acosh), UNARY(atanh), UNARY(isnan), UNARY(isinf),
+      UNARY(isfinite), UNARY(selu), UNARY(mish), UNARY(hardswish), UNARY(hardsigmoid), UNARY(relu6),
+      UNARY(logsigmoid), UNARY(softsign),
+      {"fmod", binop([](const GraphTensor& x, const GraphTensor& y) { return x.fmod(y); },
+                     [](const GraphTensor& x, double s) { return x.fmod(s); }, nullptr)},
+      {"atan2", [](Ins& in, const json&) -> Outs { return {in[0].atan2(in[1])}; }},
+      {"nan_to_num", [](Ins& in, const json& a) -> Outs {
+         return {in[0].nan_to_num(arg(a, "nan", 0.0), opt_double(a, "posinf"), opt_double(a, "neginf"))};
+       }},
+      {"elu", [](Ins& in, const json& a) -> Outs { return {in[0].elu(arg(a, "alpha", 1.0))}; }},
+      {"celu", [](Ins& in, const json& a) -> Outs { return {in[0].celu(arg(a, "alpha", 1.0))}; }},
+      {"hardtanh", [](Ins& in, const json& a) -> Outs {
+         return {in[0].hardtanh(arg(a, "min", -1.0), arg(a, "max", 1.0))};
+       }},
+      {"glu", [](Ins& in, const json& a) -> Outs { return {in[0].glu(arg(a, "axis", -1))}; }},
       // ---- comparisons and logic ----
+      {"logical_xor", [](Ins& in, const json&) -> Outs { return {in[0].logical_xor(in[1])}; }},
+      {"bitwise_and", [](Ins& in, const json&) -> Outs { return {in[0].bitwise_and(in[1])}; }},
+      {"bitwise_or", [](Ins& in, const json&) -> Outs { return {in[0].bitwise_or(in[1])}; }},
+      {"bitwise_xor", [](Ins& in, const json&) -> Outs { return {in[0].bitwise_xor(in[1])}; }},
+      UNARY(bitwise_not),
+      {"masked_fill", [](Ins& in, const json& a) -> Outs {
+         if (in.size() == 3) return {in[0].masked_fill(in[1], in[2])};
+         return {in[0].masked_fill(in[1], dbl(a.at("value")))};
+       }},
       CMP(lt), CMP(le), CMP(gt), CMP(ge), CMP(eq), CMP(ne),
       {"logical_and", [](Ins& in, const json&) -> Outs { return {in[0].logical_and(in[1])}; }},
       {"logical_or", [](Ins& in, const json&) -> Outs { return {in[0].logical_or(in[1])}; }},
@@ -172,6 +217,102 @@ const std::map<std::string, OpFn>& registry() {
       {"rms_norm", [](Ins& in, const json& a) -> Outs {
          return {in[0].rms_norm(a.at("normalized_rank"), opt_input(in, 1), arg(a, "eps", 1e-6))};
        }},
+      {"cumprod", [](Ins& in, const json& a) -> Outs { return {in[0].cumprod(a.at("axis"))}; }},
+      {"cummax", [](Ins& in, const json& a) -> Outs {
+         auto [v, i] = in[0].cummax(a.at("axis"));
+         return {v, i};
+       }},
+      {"cummin", [](Ins& in, const json& a) -> Outs {
+         auto [v, i] = in[0].cummin(a.at("axis"));
+         return {v, i};
+       }},
+      {"logcumsumexp", [](Ins& in, const json& a) -> Outs { return {in[0].logcumsumexp(a.at("axis"))}; }},
+      REDUCE(any), REDUCE(all),
+      {"norm", [](Ins& in, const json& a) -> Outs {
+         return {in[0].norm(arg(a, "p", 2.0), arg(a, "axes", std::vector<int>{}), arg(a, "keepdim", false))};
+       }},
+      {"median", [](Ins& in, const json& a) -> Outs {
+         auto [v, i] = in[0].median(arg(a, "axis", -1), arg(a, "keepdim", false));
+         return {v, i};
+       }},
+      {"kthvalue", [](Ins& in, const json& a) -> Outs {
+         auto [v, i] = in[0].kthvalue(a.at("k"), arg(a, "axis", -1), arg(a, "keepdim", false));
+         return {v, i};
+       }},
+      {"quantile", [](Ins& in, const json& a) -> Outs {
+         return {in[0].quantile(dbl(a.at("q")), arg(a, "axis", -1), arg(a, "keepdim", false),
+                                arg(a, "interpolation", std::string("linear")))};
+       }},
+      {"group_norm", [](Ins& in, const json& a) -> Outs {
+         return {in[0].group_norm(a.at("groups"), opt_input(in, 1), opt_input(in, 2), arg(a, "eps", 1e-5))};
+       }},
+      {"batch_norm", [](Ins& in, const json& a) -> Outs {
+         bool stats = arg(a, "running", true);
+         size_t k = stats ? 3 : 1;
+         return {in[0].batch_norm(stats ? opt_input(in, 1) : std::nullopt, stats ? opt_input(in, 2) : std::nullopt,
+                                  opt_input(in, k), opt_input(in, k + 1), arg(a, "eps", 1e-5))};
+       }},
+      {"normalize", [](Ins& in, const json& a) -> Outs {
+         return {in[0].normalize(arg(a, "p", 2.0), arg(a, "axis", 1), arg(a, "eps", 1e-12))};
+       }},
+      {"cross_entropy", [](Ins& in, const json& a) -> Outs {
+         return {in[0].cross_entropy(in[1], opt_input(in, 2), arg<int64_t>(a, "ignore_index", -100),
+                                     arg(a, "reduction", std::string("mean")), arg(a, "label_smoothing", 0.0))};
+       }},
+      // Statistics of a random op, compared with their expected values: [mean, var, lag-1
+      // correlation, fraction equal on a rerun with the same seed, fraction equal with seed + 1].
+      {"rand_stats", [](Ins&, const json& a) -> Outs {
+         Graph& g = *current_graph();
+         Shape shape = to_shape(a.at("shape"));
+         uint64_t seed = a.at("seed");
+         DType dt = parse_dtype(a.at("dtype").get<std::string>());
+         bool normal = arg(a, "normal", false);
+         auto make = [&](uint64_t s) { return normal ? randn(g, shape, s, dt) : rand(g, shape, s, dt); };
+         GraphTensor x = make(seed).cast(DType::F64).reshape({-1});
+         GraphTensor mean = x.mean({});
+         GraphTensor c = x - mean;
+         GraphTensor var = (c * c).mean({});
+         Expression n = x.dim(0);
+         GraphTensor lag = (c.slice(0, Expression(0), n - 1) * c.slice(0, Expression(1), n)).mean({}) / var;
+         GraphTensor same = make(seed).eq(make(seed)).cast(DType::F64).mean({});
+         GraphTensor other = make(seed).eq(make(seed + 1)).cast(DType::F64).mean({});
+         // In range: [min >= lo, max < hi] (1 or 0); NaN fails both.
+         GraphTensor y = make(seed);
+         GraphTensor lo = y.min({}).ge(normal ? -7.0 : 0.0).cast(DType::F64);
+         GraphTensor hi = y.max({}).lt(normal ? 7.0 : 1.0).cast(DType::F64);
+         return {GraphTensor::stack({mean, var, lag, same, other}, 0), GraphTensor::stack({lo, hi}, 0)};
+       }},
+      // Dropout while training: [fraction zeroed, max |kept - x / (1 - p)|].
+      {"dropout_stats", [](Ins& in, const json& a) -> Outs {
+         double p = dbl(a.at("p"));
+         GraphTensor y = in[0].dropout(p, true, a.at("seed")).cast(DType::F64);
+         GraphTensor x = in[0].cast(DType::F64);
+         GraphTensor zeroed = y.eq(0.0);
+         GraphTensor diff = GraphTensor::where(zeroed, scalar_like(y, 0), (y - x / (1.0 - p)).abs());
+         return {GraphTensor::stack({zeroed.cast(DType::F64).mean({}), diff.max({})}, 0)};
+       }},
+      {"dropout", [](Ins& in, const json& a) -> Outs {
+         return {in[0].dropout(arg(a, "p", 0.5), arg(a, "training", false), arg<uint64_t>(a, "seed", 0))};
+       }},
+      {"full", [](Ins&, const json& a) -> Outs {
+         return {full(*current_graph(), to_shape(a.at("shape")), dbl(a.at("value")),
+                      parse_dtype(a.at("dtype").get<std::string>()))};
+       }},
+      {"zeros", [](Ins&, const json& a) -> Outs {
+         return {zeros(*current_graph(), to_shape(a.at("shape")), parse_dtype(a.at("dtype").get<std::string>()))};
+       }},
+      {"ones", [](Ins&, const json& a) -> Outs {
+         return {ones(*current_graph(), to_shape(a.at("shape")), parse_dtype(a.at("dtype").get<std::string>()))};
+       }},
+      {"eye", [](Ins&, const json& a) -> Outs {
+         std::optional<Expression> m;
+         if (a.contains("m")) m = to_expr(a.at("m"));
+         return {eye(*current_graph(), to_expr(a.at("n")), m, parse_dtype(a.at("dtype").get<std::string>()))};
+       }},
+      {"linspace", [](Ins&, const json& a) -> Outs {
+         return {linspace(*current_graph(), dbl(a.at("start")), dbl(a.at("end")), a.at("steps"),
+                          parse_dtype(a.at("dtype").get<std::string>()))};
+       }},
       // ---- linear algebra, convolution, pooling ----
       {"matmul", [](Ins& in, const json&) -> Outs { return {in[0].matmul(in[1])}; }},
       {"linear", [](Ins& in, const json&) -> Outs { return {in[0].linear(in[1], opt_input(in, 2))}; }},
@@ -189,6 +330,49 @@ const std::map<std::string, OpFn>& registry() {
       {"avg_pool2d", [](Ins& in, const json& a) -> Outs {
          return {in[0].avg_pool2d(pair2(a, "kernel", 1), pair2(a, "stride", 0), pair2(a, "padding", 0))};
        }},
+      {"conv3d", [](Ins& in, const json& a) -> Outs {
+         return {in[0].conv3d(in[1], opt_input(in, 2), vec(a, "stride", 1), vec(a, "padding", 0), vec(a, "dilation", 1),
+                              arg(a, "groups", 1))};
+       }},
+      {"conv_transpose", [](Ins& in, const json& a) -> Outs {
+         return {in[0].conv_transpose(in[1], opt_input(in, 2), vec(a, "stride", 1), vec(a, "padding", 0),
+                                      vec(a, "output_padding", 0), arg(a, "groups", 1), vec(a, "dilation", 1))};
+       }},
+      {"max_pool", [](Ins& in, const json& a) -> Outs {
+         return {in[0].max_pool(vec(a, "kernel", 1), vec(a, "stride", 0), vec(a, "padding", 0), vec(a, "dilation", 1),
+                                arg(a, "ceil_mode", false))};
+       }},
+      {"avg_pool", [](Ins& in, const json& a) -> Outs {
+         return {in[0].avg_pool(vec(a, "kernel", 1), vec(a, "stride", 0), vec(a, "padding", 0), arg(a, "ceil_mode", false),
+                                arg(a, "count_include_pad", true))};
+       }},
+      {"max_pool1d", [](Ins& in, const json& a) -> Outs {
+         return {in[0].max_pool1d(a.at("kernel"), arg(a, "stride", 0), arg(a, "padding", 0))};
+       }},
+      {"avg_pool1d", [](Ins& in, const json& a) -> Outs {
+         return {in[0].avg_pool1d(a.at("kernel"), arg(a, "stride", 0), arg(a, "padding", 0))};
+       }},
+      {"adaptive_avg_pool", [](Ins& in, const json& a) -> Outs {
+         return {in[0].adaptive_avg_pool(a.at("size").get<std::vector<int64_t>>())};
+       }},
+      {"adaptive_max_pool", [](Ins& in, const json& a) -> Outs {
+         return {in[0].adaptive_max_pool(a.at("size").get<std::vector<int64_t>>())};
+       }},
+      {"interpolate", [](Ins& in, const json& a) -> Outs {
+         return {in[0].interpolate(a.at("size").get<std::vector<int64_t>>(), arg(a, "mode", std::string("nearest")),
+                                   arg(a, "align_corners", false))};
+       }},
+      {"im2col", [](Ins& in, const json& a) -> Outs {
+         return {in[0].im2col(pair2(a, "kernel", 1), pair2(a, "dilation", 1), pair2(a, "padding", 0),
+                              pair2(a, "stride", 1))};
+       }},
+      {"outer", [](Ins& in, const json&) -> Outs { return {in[0].outer(in[1])}; }},
+      {"diag", [](Ins& in, const json& a) -> Outs { return {in[0].diag(arg<int64_t>(a, "offset", 0))}; }},
+      {"diagonal", [](Ins& in, const json& a) -> Outs {
+         return {in[0].diagonal(arg<int64_t>(a, "offset", 0), arg(a, "axis1", 0), arg(a, "axis2", 1))};
+       }},
+      UNARY(trace),
+      {"einsum", [](Ins& in, const json& a) -> Outs { return {GraphTensor::einsum(a.at("equation"), in)}; }},
       // ---- movement ----
       {"identity", [](Ins& in, const json&) -> Outs { return {in[0]}; }},
       // A random view chain (test_view_chains.py): the view itself, and y * y read through it.
@@ -229,11 +413,36 @@ const std::map<std::string, OpFn>& registry() {
       {"chunk", [](Ins& in, const json& a) -> Outs { return in[0].chunk(a.at("chunks"), a.at("axis")); }},
       {"repeat", [](Ins& in, const json& a) -> Outs { return {in[0].repeat(to_shape(a.at("times")))}; }},
       {"flip", [](Ins& in, const json& a) -> Outs { return {in[0].flip(ints(a.at("dims")))}; }},
+      {"roll", [](Ins& in, const json& a) -> Outs {
+         return {in[0].roll(a.at("shifts").get<std::vector<int64_t>>(), arg(a, "axes", std::vector<int>{}))};
+       }},
+      {"movedim", [](Ins& in, const json& a) -> Outs {
+         return {in[0].movedim(ints(a.at("source")), ints(a.at("destination")))};
+       }},
+      {"unbind", [](Ins& in, const json& a) -> Outs { return in[0].unbind(arg(a, "axis", 0)); }},
+      {"repeat_interleave", [](Ins& in, const json& a) -> Outs {
+         std::optional<int> axis;
+         if (a.contains("axis")) axis = a.at("axis").get<int>();
+         return {in[0].repeat_interleave(a.at("repeats"), axis)};
+       }},
+      {"unfold", [](Ins& in, const json& a) -> Outs {
+         return {in[0].unfold(a.at("axis"), a.at("size"), a.at("step"))};
+       }},
+      {"pixel_shuffle", [](Ins& in, const json& a) -> Outs { return {in[0].pixel_shuffle(a.at("r"))}; }},
+      {"pixel_unshuffle", [](Ins& in, const json& a) -> Outs { return {in[0].pixel_unshuffle(a.at("r"))}; }},
       {"tril", [](Ins& in, const json& a) -> Outs { return {in[0].tril(arg<int64_t>(a, "diagonal", 0))}; }},
       {"triu", [](Ins& in, const json& a) -> Outs { return {in[0].triu(arg<int64_t>(a, "diagonal", 0))}; }},
       // ---- indexing, sorting ----
       {"gather", [](Ins& in, const json& a) -> Outs { return {in[0].gather(a.at("axis"), in[1])}; }},
       {"scatter", [](Ins& in, const json& a) -> Outs { return {in[0].scatter(a.at("axis"), in[1], in[2])}; }},
+      {"scatter_add", [](Ins& in, const json& a) -> Outs { return {in[0].scatter_add(a.at("axis"), in[1], in[2])}; }},
+      {"index_add", [](Ins& in, const json& a) -> Outs {
+         return {in[0].index_add(a.at("axis"), in[1], in[2], arg(a, "alpha", 1.0))};
+       }},
+      {"index_put", [](Ins& in, const json& a) -> Outs {
+         std::vector<GraphTensor> idx(in.begin() + 1, in.end() - 1);
+         return {in[0].index_put(idx, in.back(), arg(a, "accumulate", false))};
+       }},
       {"index_select", [](Ins& in, const json& a) -> Outs { return {in[0].index_select(a.at("axis"), in[1])}; }},
       {"embedding", [](Ins& in, const json&) -> Outs { return {in[0].embedding(in[1])}; }},
       {"one_hot", [](Ins& in, const json& a) -> Outs { return {in[0].one_hot(a.at("num_classes"))}; }},
@@ -284,6 +493,7 @@ std::vector<std::pair<std::string, HostTensor>> run_case(const json& c, const Sa
   auto it = registry().find(op);
   LUMINAL_CHECK(it != registry().end(), "unknown op '", op, "'");
   Graph cx;
+  g_graph = &cx;
   DimMap dims;
   if (c.contains("dims"))
     for (auto& [k, v] : c["dims"].items()) {
@@ -311,11 +521,27 @@ std::vector<std::pair<std::string, HostTensor>> run_case(const json& c, const Sa
   for (auto& [x, name] : sources) rt.set_data(x, inputs.read(name));
   rt.execute(dims);
   std::vector<std::pair<std::string, HostTensor>> result;
-  for (size_t k = 0; k < marked.size(); ++k) {
-    HostTensor h = rt.get_tensor(marked[k].id());
-    h.shape.clear();
-    for (const auto& d : marked[k].shape()) h.shape.push_back(d.eval(dims));
-    result.emplace_back(id + "." + std::to_string(k), std::move(h));
+  auto collect = [&](const Runtime& r, const std::string& prefix) {
+    for (size_t k = 0; k < marked.size(); ++k) {
+      HostTensor h = r.get_tensor(marked[k].id());
+      h.shape.clear();
+      for (const auto& d : marked[k].shape()) h.shape.push_back(d.eval(dims));
+      result.emplace_back(prefix + std::to_string(k), std::move(h));
+    }
+  };
+  collect(rt, id + ".");
+  if (g_cpu) {
+    try {
+      std::unique_ptr<Runtime> cpu = cpu_prototype().fresh();
+      CompileOptions cpu_options;
+      cpu_options.search_graph_limit(1).trials(1);
+      cx.compile_into(*cpu, cpu_options);
+      for (auto& [x, name] : sources) cpu->set_data(x, inputs.read(name));
+      cpu->execute(dims);
+      collect(*cpu, id + ".cpu.");
+    } catch (const std::exception& e) {
+      std::cout << json{{"id", id}, {"cpu_error", e.what()}}.dump() << std::endl;
+    }
   }
   return result;
 }
@@ -324,12 +550,12 @@ std::vector<std::pair<std::string, HostTensor>> run_case(const json& c, const Sa
 
 int main(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
-  if (!args.empty() && args[0] == "--search") {
-    g_search = true;
+  while (!args.empty() && (args[0] == "--search" || args[0] == "--cpu")) {
+    (args[0] == "--search" ? g_search : g_cpu) = true;
     args.erase(args.begin());
   }
   if (args.size() != 3) {
-    std::cerr << "usage: luminal_op_runner [--search] cases.json inputs.safetensors outputs.safetensors\n";
+    std::cerr << "usage: luminal_op_runner [--search] [--cpu] cases.json inputs.safetensors outputs.safetensors\n";
     return 2;
   }
   json cases;

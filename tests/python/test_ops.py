@@ -34,6 +34,9 @@ from safetensors.torch import load_file, save_file
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 BIN_DIR = Path(os.environ.get("LUMINAL_BIN_DIR", REPO_ROOT / "build" / "release"))
+# LUMINAL_OPS_CPU=1: every case also runs on the CPU backend, compared with the reference
+# runtime (test_op_cpu, and the CPU column of docs/ops.md).
+CPU = os.environ.get("LUMINAL_OPS_CPU") == "1"
 RUNNER = BIN_DIR / "luminal_op_runner"
 
 TD = {
@@ -80,6 +83,9 @@ class Case:
             for ax, name in inp.sym.items():
                 self.dims[name] = int(inp.t.shape[ax])
         self.result = None  # filled by the session fixture
+        self.result_raw = None  # the reference runtime's outputs
+        self.cpu = None  # (outputs, error) of the CPU backend, with LUMINAL_OPS_CPU=1
+        self.cpu_result = None
 
     @property
     def dtype(self):  # the dtype(s) a case is about: the first part of its tag
@@ -156,6 +162,13 @@ def rnd(shape, dt, kind="normal", lo=None, hi=None):
     elif kind == "distinct":  # a permutation of distinct values, exactly representable
         n = math.prod(shape)
         x = (torch.randperm(n, generator=GEN).to(torch.float64) - n // 2).reshape(shape) * 0.5
+    elif kind == "unit":  # (-1, 1): the domain of asin, acos, atanh
+        x = torch.rand(shape, generator=GEN, dtype=torch.float64) * 1.98 - 0.99
+    elif kind == "ge1":  # [1, 5): the domain of acosh
+        x = torch.rand(shape, generator=GEN, dtype=torch.float64) * 4 + 1
+    elif kind == "uniform_pm":  # [-1.5, -0.5] U [0.5, 1.5]: products neither blow up nor vanish
+        x = (torch.rand(shape, generator=GEN, dtype=torch.float64) + 0.5) * torch.where(
+            torch.rand(shape, generator=GEN) < 0.5, -1.0, 1.0).double()
     elif kind == "small_int":  # floats holding small integers: exercises ties/equalities
         x = torch.randint(-3, 4, shape, generator=GEN).to(torch.float64)
     else:
@@ -1037,7 +1050,580 @@ def gen_all():
          upcast=False)
     case("cast", "F32->I64.dynamic", [Inp(rnd((5, 3), "F32") * 5, sym={0: "seq"})], lambda v: v[0].long(),
          args={"dtype": "I64"}, upcast=False)
+    gen_more_elementwise()
+    gen_more_reductions()
+    gen_more_movement()
+    gen_more_nn()
     return CASES
+
+
+# Values where the naive formulas lose accuracy or sign: tiny, near 1, large, signed zeros.
+NEAR = [1e-30, -1e-30, 1e-10, -1e-10, 1e-5, -1e-5, 0.3, -0.7, 0.999, -0.999, 1.0, -1.0, 1.5, 30.0, -30.0,
+        88.0, 89.0, -89.0, 1e10, 1e30, 3e38]
+
+
+def near(dt):
+    return torch.tensor(NEAR, dtype=torch.float64).to(TD[dt])
+
+
+def gen_more_elementwise():
+    """The functions PyTorch users reach for beyond the basics (issue 11 item 5)."""
+    unary = {
+        "log1p": (torch.log1p, "pos"), "expm1": (torch.expm1, "normal"), "log10": (torch.log10, "pos"),
+        "trunc": (torch.trunc, "normal"), "asin": (torch.asin, "unit"), "acos": (torch.acos, "unit"),
+        "atan": (torch.atan, "normal"), "sinh": (torch.sinh, "normal"), "cosh": (torch.cosh, "normal"),
+        "asinh": (torch.asinh, "normal"), "acosh": (torch.acosh, "ge1"), "atanh": (torch.atanh, "unit"),
+        "selu": (F.selu, "normal"), "mish": (F.mish, "normal"), "hardswish": (F.hardswish, "normal"),
+        "hardsigmoid": (F.hardsigmoid, "normal"), "logsigmoid": (F.logsigmoid, "normal"),
+        "softsign": (F.softsign, "normal"),
+    }
+    for op, (fn, kind) in unary.items():
+        ints = ("I32", "I64") if op not in ("trunc", "selu", "mish", "hardswish", "hardsigmoid", "logsigmoid",
+                                            "softsign") else (("I32", "I64") if op == "trunc" else ())
+        gen_unary(op, lambda v, fn=fn: fn(v[0]), kind=kind, int_dtypes=ints)
+        for dt in ("F32", "F64"):
+            # tol_scale 0: a purely relative tolerance, so tiny results must be accurate too.
+            case(op, f"{dt}.near", [near(dt)], lambda v, fn=fn: fn(v[0]), tol_scale=0)
+            case(op, f"{dt}.near_neg", [-near(dt)], lambda v, fn=fn: fn(v[0]), tol_scale=0)
+    for dt in ("F16", "BF16"):
+        for op in ("log1p", "expm1", "asinh", "atanh", "sinh"):
+            case(op, f"{dt}.near", [torch.tensor([1e-3, -1e-3, 0.25, -0.5, 0.9, 2.0, 8.0], dtype=TD[dt])],
+                 lambda v, op=op: getattr(torch, op)(v[0]))
+    case("trunc", "F32.halves", [torch.tensor([-2.5, -1.5, -0.5, 0.5, 1.5, 2.5, -0.0, -3.99, 1e7 + 0.5])],
+         lambda v: torch.trunc(v[0]))
+    gen_unary("relu6", lambda v: F.relu6(v[0]), int_dtypes=("I32", "I64"))
+    for op, fn in (("isnan", torch.isnan), ("isinf", torch.isinf), ("isfinite", torch.isfinite)):
+        for dt in FLOATS:
+            case(op, f"{dt}.special", [special(dt)], lambda v, fn=fn: fn(v[0]))
+        case(op, "F32.transposed", [Inp(special("F32").reshape(2, 5), T01)], lambda v, fn=fn: fn(v[0]))
+        case(op, "F32.dynamic", [Inp(special("F32").reshape(5, 2), sym={0: "seq"})], lambda v, fn=fn: fn(v[0]))
+        for dt in ("I32", "U8", "Bool"):
+            case(op, f"{dt}.2d", [rnd((3, 4), dt)], lambda v, fn=fn: fn(v[0]))
+    for dt in FLOATS:
+        # Native dtype: in float64 the default posinf would be float64's max (inf once rounded).
+        case("nan_to_num", f"{dt}.default", [special(dt)], lambda v: torch.nan_to_num(v[0]), upcast=False)
+    case("nan_to_num", "F32.values", [special("F32")], lambda v: torch.nan_to_num(v[0], 1.5, 100.0, -7.0),
+         args={"nan": 1.5, "posinf": 100.0, "neginf": -7.0})
+    case("nan_to_num", "F32.transposed", [Inp(special("F32").reshape(2, 5), T01)], lambda v: torch.nan_to_num(v[0]),
+         upcast=False)
+    case("nan_to_num", "I32.2d", [rnd((3, 4), "I32")], lambda v: torch.nan_to_num(v[0]))
+    for op, fn, args in (("elu", lambda x: F.elu(x), {}), ("elu", lambda x: F.elu(x, 0.5), {"alpha": 0.5}),
+                         ("celu", lambda x: F.celu(x, 2.0), {"alpha": 2.0}),
+                         ("hardtanh", lambda x: F.hardtanh(x), {}),
+                         ("hardtanh", lambda x: F.hardtanh(x, -0.5, 2.0), {"min": -0.5, "max": 2.0})):
+        tag = "default" if not args else "_".join(f"{k}{v}" for k, v in args.items())
+        for dt in FLOATS:
+            case(op, f"{dt}.{tag}", [rnd((3, 5), dt)], lambda v, fn=fn: fn(v[0]), args=args)
+        case(op, f"F32.{tag}_special", [special("F32")], lambda v, fn=fn: fn(v[0]), args=args)
+        case(op, f"F32.{tag}_transposed", [Inp(rnd((5, 3), "F32"), T01)], lambda v, fn=fn: fn(v[0]), args=args)
+        case(op, f"F32.{tag}_wide", [rnd((24,), "F32", "uniform", lo=-40, hi=40)], lambda v, fn=fn: fn(v[0]), args=args)
+    case("hardtanh", "I32.2d", [rnd((3, 4), "I32")], lambda v: F.hardtanh(v[0], -2, 3), args={"min": -2, "max": 3})
+    for dt in FLOATS:
+        case("glu", f"{dt}.axis-1", [rnd((3, 6), dt)], lambda v: F.glu(v[0], -1), args={"axis": -1})
+    case("glu", "F32.axis0", [rnd((4, 3), "F32")], lambda v: F.glu(v[0], 0), args={"axis": 0})
+    case("glu", "F32.transposed", [Inp(rnd((4, 3), "F32"), T01)], lambda v: F.glu(v[0], 1), args={"axis": 1})
+    case("glu", "F32.dynamic", [Inp(rnd((5, 4), "F32"), sym={0: "seq"})], lambda v: F.glu(v[0], 1), args={"axis": 1})
+
+    # fmod: the sign follows the dividend (torch.fmod), unlike remainder.
+    gen_binary("fmod", lambda v: torch.fmod(v[0], v[1]), dtypes=FLOATS + ["I32", "I64", "I8"], nonzero_b=True,
+               scalars=(3.0, -2.5), specials=False)
+    case("fmod", "I32.signs", [torch.tensor([7, -7, 7, -7, 0, 6, -6], dtype=torch.int32),
+                               torch.tensor([3, 3, -3, -3, 5, -4, 3], dtype=torch.int32)], lambda v: torch.fmod(v[0], v[1]))
+    case("fmod", "F32.signs", [torch.tensor([7.5, -7.5, 7.5, -7.5, -0.0, 0.0, -1e-30, 5.0]),
+                               torch.tensor([2.0, 2.0, -2.0, -2.0, 3.0, -3.0, 1.0, 2.5])], lambda v: torch.fmod(v[0], v[1]))
+    case("fmod", "F32.special", [special("F32").repeat_interleave(10), special("F32").repeat(10)],
+         lambda v: torch.fmod(v[0], v[1]))
+    case("fmod", "I64.large", [torch.tensor([2**60 + 7, -(2**60) - 3, -5], dtype=torch.int64),
+                               torch.tensor([3, 7, 2], dtype=torch.int64)], lambda v: torch.fmod(v[0], v[1]))
+    # atan2: every quadrant, the axes, signed zeros and infinities.
+    gen_binary("atan2", lambda v: torch.atan2(v[0], v[1]), dtypes=FLOATS + ["I32"], scalars=(), specials=False)
+    for dt in ("F32", "F64"):
+        sp = special(dt)
+        case("atan2", f"{dt}.special_x_special", [sp.repeat_interleave(len(SPECIAL)), sp.repeat(len(SPECIAL))],
+             lambda v: torch.atan2(v[0], v[1]))
+        case("atan2", f"{dt}.scales", [near(dt), near(dt).flip(0)], lambda v: torch.atan2(v[0], v[1]), tol_scale=0)
+    for op, fn in (("asin", torch.asin), ("acos", torch.acos), ("atanh", torch.atanh), ("acosh", torch.acosh)):
+        case(op, "F32.edges", [torch.tensor([1.0, -1.0, 0.0, -0.0, 1.0000001, -1.5, 0.9999999, 2.0])],
+             lambda v, fn=fn: fn(v[0]))
+
+    # logic
+    for dt in ("Bool", "I32", "F32"):
+        case("logical_xor", f"{dt}.same", [rnd((3, 4), dt), rnd((3, 4), dt)], lambda v: torch.logical_xor(v[0], v[1]))
+    case("logical_xor", "F32.special", [special("F32"), special("F32").flip(0)], lambda v: torch.logical_xor(v[0], v[1]))
+    case("logical_xor", "Bool.bcast", [rnd((3, 1), "Bool"), rnd((4,), "Bool")], lambda v: torch.logical_xor(v[0], v[1]))
+    ints_full = {"I8": (-128, 128), "U8": (0, 256), "I32": (-2**31, 2**31), "I64": (-2**62, 2**62)}
+    for op, fn in (("bitwise_and", torch.bitwise_and), ("bitwise_or", torch.bitwise_or),
+                   ("bitwise_xor", torch.bitwise_xor)):
+        for dt, (lo, hi) in ints_full.items():
+            case(op, f"{dt}.full_range", [torch.randint(lo, hi, (3, 5), generator=GEN, dtype=TD[dt]),
+                                          torch.randint(lo, hi, (3, 5), generator=GEN, dtype=TD[dt])],
+                 lambda v, fn=fn: fn(v[0], v[1]))
+        case(op, "I64.extremes", [torch.tensor([-2**63, 2**63 - 1, -1, 0, 2**62, -2**62, 12345], dtype=torch.int64),
+                                  torch.tensor([-1, -1, 2**63 - 1, -1, 2**62 + 1, -2**63, -12345], dtype=torch.int64)],
+             lambda v, fn=fn: fn(v[0], v[1]))
+        case(op, "Bool.same", [rnd((3, 4), "Bool"), rnd((3, 4), "Bool")], lambda v, fn=fn: fn(v[0], v[1]))
+        case(op, "I32.bcast_transposed", [Inp(rnd((4, 3), "I32", lo=-50, hi=50), T01), rnd((4,), "I32", lo=-50, hi=50)],
+             lambda v, fn=fn: fn(v[0], v[1]))
+        case(op, "I64xI32.mixed", [rnd((3, 4), "I64", lo=-50, hi=50), rnd((3, 4), "I32", lo=-50, hi=50)],
+             lambda v, fn=fn: fn(v[0], v[1]))
+    for dt, (lo, hi) in ints_full.items():
+        case("bitwise_not", f"{dt}.full_range", [torch.randint(lo, hi, (3, 5), generator=GEN, dtype=TD[dt])],
+             lambda v: torch.bitwise_not(v[0]))
+    case("bitwise_not", "Bool.2d", [rnd((3, 4), "Bool")], lambda v: torch.bitwise_not(v[0]))
+    for dt in ("F32", "I64", "Bool", "F16"):
+        case("masked_fill", f"{dt}.scalar", [rnd((3, 4), dt), rnd((3, 4), "Bool")],
+             lambda v: v[0].masked_fill(v[1], 1 if v[0].dtype == torch.bool else 3), args={"value": 3.0 if dt != "Bool" else 1.0})
+    case("masked_fill", "F32.neg_inf_bcast", [rnd((2, 3, 4), "F32"), rnd((3, 1), "Bool")],
+         lambda v: v[0].masked_fill(v[1], float("-inf")), args={"value": float("-inf")})
+    case("masked_fill", "F32.tensor_value", [rnd((3, 4), "F32"), rnd((3, 4), "Bool"), torch.tensor(2.5)],
+         lambda v: v[0].masked_fill(v[1], v[2]))
+    case("masked_fill", "F32.transposed", [Inp(rnd((4, 3), "F32"), T01), rnd((3, 4), "Bool")],
+         lambda v: v[0].masked_fill(v[1], -1.0), args={"value": -1.0})
+    case("masked_fill", "F32.dynamic", [Inp(rnd((5, 3), "F32"), sym={0: "seq"}), rnd((3,), "Bool")],
+         lambda v: v[0].masked_fill(v[1], 0.5), args={"value": 0.5})
+
+
+def gen_more_reductions():
+    """Scans, order statistics, norms, normalisations, losses, creation and random numbers."""
+    gen_axis_op("cumprod", lambda x, axis: torch.cumprod(x, dim=axis), kind="uniform_pm", int_dtypes=("I32", "I64"),
+                tol_scale=3)
+    case("cumprod", "F32.zero_inf_nan", [torch.tensor([[2.0, 0.0, float("inf"), 3.0], [-1.5, float("nan"), 2.0, 1.0]])],
+         lambda v: torch.cumprod(v[0], dim=1), args={"axis": 1})
+    case("cumprod", "Bool.axis-1", [rnd((3, 5), "Bool")], lambda v: torch.cumprod(v[0], dim=-1), args={"axis": -1})
+    case("cumprod", "I64.large", [torch.tensor([[1000003, -1000033, 999983, 7]], dtype=torch.int64)],
+         lambda v: torch.cumprod(v[0], dim=1), args={"axis": 1})
+    for op, fn in (("cummax", torch.cummax), ("cummin", torch.cummin)):
+        gen_axis_op(op, lambda x, axis, fn=fn: tuple(fn(x, dim=axis)), kind="distinct", int_dtypes=("I32", "I64", "U8"))
+        case(op, "F32.ties_nan", [torch.tensor([[1.0, 3.0, 3.0, 2.0, float("nan"), 5.0, float("nan"), 1.0],
+                                                [-1.0, -1.0, 4.0, 4.0, float("-inf"), float("inf"), 0.0, -0.0]])],
+             lambda v, fn=fn: tuple(fn(v[0], dim=1)), args={"axis": 1})
+        case(op, "I32.ties", [torch.tensor([[2, 2, 1, 5, 5, 0]], dtype=torch.int32)], lambda v, fn=fn: tuple(fn(v[0], dim=1)),
+             args={"axis": 1})
+    gen_axis_op("logcumsumexp", lambda x, axis: torch.logcumsumexp(x, dim=axis), tol_scale=2.5)
+    case("logcumsumexp", "F32.special", [torch.tensor([[float("-inf"), 1.0, float("inf"), 2.0],
+                                                       [float("-inf"), float("-inf"), 1000.0, -1000.0],
+                                                       [0.0, float("nan"), 1.0, 2.0]])],
+         lambda v: torch.logcumsumexp(v[0], dim=1), args={"axis": 1})
+
+    for op, fn in (("any", torch.any), ("all", torch.all)):
+        def red(x, axes, keepdim, fn=fn):
+            axes = sorted(a % x.dim() for a in (axes or range(x.dim())))
+            for a in reversed(axes):
+                x = fn(x, dim=a, keepdim=keepdim)
+            return x
+        for dt in ("Bool", "F32", "I32", "U8", "F16"):
+            t = rnd((4, 6), dt)
+            if dt != "Bool":
+                t = t * (rnd((4, 6), "Bool") if dt != "F16" else rnd((4, 6), "Bool").to(TD[dt]))
+            case(op, f"{dt}.axis1", [t], lambda v, red=red: red(v[0], [1], False), args={"axes": [1]})
+        case(op, "Bool.all", [rnd((3, 4), "Bool")], lambda v, red=red: red(v[0], [], False), args={"axes": []})
+        case(op, "Bool.all_true", [torch.ones((2, 3), dtype=torch.bool)], lambda v, red=red: red(v[0], [1], True),
+             args={"axes": [1], "keepdim": True})
+        case(op, "F32.special", [special("F32").reshape(2, 5)], lambda v, red=red: red(v[0], [1], False), args={"axes": [1]})
+        case(op, "Bool.transposed", [Inp(rnd((5, 3), "Bool"), T01)], lambda v, red=red: red(v[0], [1], False),
+             args={"axes": [1]})
+        case(op, "Bool.dynamic", [Inp(rnd((3, 7), "Bool"), sym={1: "seq"})], lambda v, red=red: red(v[0], [1], False),
+             args={"axes": [1]})
+
+    import torch.linalg as LA
+    for p in (2.0, 1.0, float("inf"), float("-inf"), 0.0, 3.0, 0.5):
+        for dt in (FLOATS if p == 2.0 else ["F32"]):
+            case("norm", f"{dt}.p{p}", [rnd((4, 6), dt)], lambda v, p=p: LA.vector_norm(v[0], ord=p, dim=[1]),
+                 args={"p": p, "axes": [1]}, tol_scale=3)
+    case("norm", "F32.all", [rnd((3, 4), "F32")], lambda v: LA.vector_norm(v[0]), args={}, tol_scale=4)
+    case("norm", "F32.axes02_keepdim", [rnd((2, 3, 4), "F32")], lambda v: LA.vector_norm(v[0], dim=[0, 2], keepdim=True),
+         args={"axes": [0, 2], "keepdim": True}, tol_scale=3)
+    case("norm", "F32.transposed", [Inp(rnd((6, 4), "F32"), T01)], lambda v: LA.vector_norm(v[0], dim=[1]),
+         args={"axes": [1]}, tol_scale=3)
+    case("norm", "F32.dynamic", [Inp(rnd((3, 7), "F32"), sym={1: "seq"})], lambda v: LA.vector_norm(v[0], dim=[1]),
+         args={"axes": [1]}, tol_scale=3)
+    case("norm", "F32.special", [special("F32").reshape(2, 5)], lambda v: LA.vector_norm(v[0], dim=[1]),
+         args={"axes": [1]})
+
+    def med(x, axis, keepdim=False):
+        return tuple(torch.median(x, dim=axis, keepdim=keepdim))
+    for dt in FLOATS + ["I32", "I64"]:
+        case("median", f"{dt}.axis-1", [rnd((4, 7), dt, "distinct")], lambda v: med(v[0], -1), args={"axis": -1})
+    case("median", "F32.even_axis0_keepdim", [rnd((6, 3), "F32", "distinct")], lambda v: med(v[0], 0, True),
+         args={"axis": 0, "keepdim": True})
+    case("median", "F32.nan", [torch.tensor([[3.0, 1.0, float("nan"), 2.0], [4.0, 1.0, 2.0, 3.0],
+                                             [float("nan"), 1.0, float("nan"), 0.0]])], lambda v: med(v[0], 1), args={"axis": 1})
+    case("median", "F32.transposed", [Inp(rnd((5, 3), "F32", "distinct"), T01)], lambda v: med(v[0], 1), args={"axis": 1})
+    case("median", "F32.dynamic", [Inp(rnd((2, 7), "F32", "distinct"), sym={1: "seq"})], lambda v: med(v[0], 1),
+         args={"axis": 1})
+    for k in (1, 3, 7):
+        case("kthvalue", f"F32.k{k}", [rnd((3, 7), "F32", "distinct")],
+             lambda v, k=k: tuple(torch.kthvalue(v[0], k, dim=-1)), args={"k": k})
+    case("kthvalue", "I64.axis0_keepdim", [rnd((5, 3), "I64", "distinct")],
+         lambda v: tuple(torch.kthvalue(v[0], 2, dim=0, keepdim=True)), args={"k": 2, "axis": 0, "keepdim": True})
+    case("kthvalue", "F16.axis-1", [rnd((3, 6), "F16", "distinct")], lambda v: tuple(torch.kthvalue(v[0].float(), 4, dim=-1)) if False
+         else tuple(torch.kthvalue(v[0], 4, dim=-1)), args={"k": 4})
+    case("kthvalue", "F32.transposed", [Inp(rnd((5, 3), "F32", "distinct"), T01)],
+         lambda v: tuple(torch.kthvalue(v[0], 2, dim=1)), args={"k": 2, "axis": 1})
+    for q in (0.0, 0.3, 0.5, 0.75, 1.0):
+        for interp in (("linear", "lower", "higher", "midpoint", "nearest") if q == 0.3 else ("linear",)):
+            case("quantile", f"F32.q{q}_{interp}", [rnd((3, 6), "F32")],
+                 lambda v, q=q, interp=interp: torch.quantile(v[0], q, dim=-1, interpolation=interp),
+                 args={"q": q, "interpolation": interp})
+    case("quantile", "F64.q0.4", [rnd((3, 6), "F64")], lambda v: torch.quantile(v[0], 0.4, dim=-1), args={"q": 0.4})
+    for dt in ("F16", "BF16"):  # torch.quantile refuses half types: the reference is F32, rounded
+        case("quantile", f"{dt}.q0.4", [rnd((3, 6), dt)], lambda v: torch.quantile(v[0].float(), 0.4, dim=-1).to(v[0].dtype),
+             args={"q": 0.4}, upcast=False)
+    case("quantile", "F32.nan_keepdim", [torch.tensor([[3.0, 1.0, float("nan"), 2.0], [4.0, 1.0, 2.0, 3.0]])],
+         lambda v: torch.quantile(v[0], 0.5, dim=1, keepdim=True), args={"q": 0.5, "axis": 1, "keepdim": True})
+    case("quantile", "F32.transposed_axis0", [Inp(rnd((5, 4), "F32"), T01)], lambda v: torch.quantile(v[0], 0.6, dim=0),
+         args={"q": 0.6, "axis": 0})
+
+    for dt in FLOATS:
+        case("group_norm", f"{dt}.wb", [rnd((2, 6, 5), dt), rnd((6,), dt), rnd((6,), dt)],
+             lambda v: F.group_norm(v[0], 3, v[1], v[2]), args={"groups": 3}, tol_scale=2)
+    case("group_norm", "F32.4d_plain", [rnd((2, 4, 3, 3), "F32")], lambda v: F.group_norm(v[0], 2),
+         args={"groups": 2}, tol_scale=2)
+    case("group_norm", "F32.one_group_eps", [rnd((2, 4, 5), "F32"), rnd((4,), "F32"), rnd((4,), "F32")],
+         lambda v: F.group_norm(v[0], 1, v[1], v[2], eps=1e-3), args={"groups": 1, "eps": 1e-3}, tol_scale=2)
+    case("group_norm", "F32.transposed", [Inp(rnd((2, 5, 4), "F32"), {"kind": "transpose", "dims": [1, 2]})],
+         lambda v: F.group_norm(v[0], 2), args={"groups": 2}, tol_scale=2)
+    case("group_norm", "F32.dynamic", [Inp(rnd((2, 4, 6), "F32"), sym={2: "seq"})], lambda v: F.group_norm(v[0], 4),
+         args={"groups": 4}, tol_scale=2)
+    for dt in FLOATS:
+        case("batch_norm", f"{dt}.running", [rnd((3, 4, 5), dt), rnd((4,), dt), rnd((4,), dt, "pos"), rnd((4,), dt),
+                                             rnd((4,), dt)],
+             lambda v: F.batch_norm(v[0], v[1], v[2], v[3], v[4], training=False), args={}, tol_scale=2)
+    case("batch_norm", "F32.batch_stats", [rnd((4, 3, 5), "F32"), rnd((3,), "F32"), rnd((3,), "F32")],
+         lambda v: F.batch_norm(v[0], None, None, v[1], v[2], training=True), args={"running": False}, tol_scale=3)
+    case("batch_norm", "F32.2d_running_plain", [rnd((5, 3), "F32"), rnd((3,), "F32"), rnd((3,), "F32", "pos")],
+         lambda v: F.batch_norm(v[0], v[1], v[2], training=False, eps=1e-3), args={"eps": 1e-3}, tol_scale=2)
+    case("batch_norm", "F32.4d_dynamic", [Inp(rnd((2, 3, 4, 5), "F32"), sym={3: "w"}), rnd((3,), "F32"),
+                                          rnd((3,), "F32", "pos")],
+         lambda v: F.batch_norm(v[0], v[1], v[2], training=False), args={}, tol_scale=2)
+    for dt in FLOATS:
+        case("normalize", f"{dt}.axis1", [rnd((3, 5), dt)], lambda v: F.normalize(v[0], dim=1), args={"axis": 1},
+             tol_scale=2)
+    case("normalize", "F32.p1_axis0", [rnd((4, 3), "F32")], lambda v: F.normalize(v[0], p=1.0, dim=0),
+         args={"p": 1.0, "axis": 0}, tol_scale=2)
+    case("normalize", "F32.zero_row", [torch.tensor([[0.0, 0.0, 0.0], [1.0, -2.0, 2.0]])], lambda v: F.normalize(v[0], dim=1),
+         args={"axis": 1})
+    case("normalize", "F32.transposed", [Inp(rnd((5, 3), "F32"), T01)], lambda v: F.normalize(v[0], dim=-1),
+         args={"axis": -1}, tol_scale=2)
+
+    def ce(v, **kw):
+        return F.cross_entropy(v[0], v[1], v[2] if len(v) > 2 else None, **kw)
+    tgt = torch.tensor([1, 0, 4, 4, 2, 3], dtype=torch.int64)
+    for dt in FLOATS:
+        case("cross_entropy", f"{dt}.mean", [rnd((6, 5), dt), tgt], lambda v: ce(v), tol_scale=3)
+    for red in ("sum", "none"):
+        case("cross_entropy", f"F32.{red}", [rnd((6, 5), "F32"), tgt], lambda v, red=red: ce(v, reduction=red),
+             args={"reduction": red}, tol_scale=3)
+    ign = torch.tensor([1, -100, 4, 4, -100, 3], dtype=torch.int64)
+    case("cross_entropy", "F32.ignore_weight", [rnd((6, 5), "F32"), ign, rnd((5,), "F32", "pos")], lambda v: ce(v),
+         tol_scale=3)
+    # luminal takes any integer target (torch wants int64).
+    case("cross_entropy", "F32.ignore_index4_I32", [rnd((6, 5), "F32"), tgt.to(torch.int32)],
+         lambda v: ce([v[0], v[1].long()], ignore_index=4), args={"ignore_index": 4}, tol_scale=3)
+    for red in ("mean", "sum", "none"):
+        case("cross_entropy", f"F32.smooth_weight_{red}", [rnd((6, 5), "F32"), ign, rnd((5,), "F32", "pos")],
+             lambda v, red=red: ce(v, reduction=red, label_smoothing=0.2), args={"reduction": red, "label_smoothing": 0.2},
+             tol_scale=3)
+    case("cross_entropy", "F32.smooth_mean", [rnd((6, 5), "F32"), ign], lambda v: ce(v, label_smoothing=0.1),
+         args={"label_smoothing": 0.1}, tol_scale=3)
+    case("cross_entropy", "F32.spatial", [rnd((2, 4, 3, 2), "F32"), torch.randint(0, 4, (2, 3, 2), generator=GEN)],
+         lambda v: ce(v), tol_scale=3)
+    case("cross_entropy", "F32.unbatched", [rnd((5,), "F32"), torch.tensor(3)], lambda v: ce(v), tol_scale=2)
+    case("cross_entropy", "F32.probabilities", [rnd((4, 5), "F32"), torch.softmax(rnd((4, 5), "F32"), dim=1)],
+         lambda v: ce(v), tol_scale=3)
+    case("cross_entropy", "F32.probabilities_smooth_none", [rnd((4, 5), "F32"), torch.softmax(rnd((4, 5), "F32"), dim=1)],
+         lambda v: ce(v, label_smoothing=0.3, reduction="none"), args={"label_smoothing": 0.3, "reduction": "none"},
+         tol_scale=3)
+    case("cross_entropy", "F32.transposed", [Inp(rnd((5, 6), "F32"), T01), tgt], lambda v: ce(v), tol_scale=3)
+    case("cross_entropy", "F32.large_logits", [torch.tensor([[1000.0, -1000.0, 0.0], [float("-inf"), 1.0, 2.0]]),
+                                               torch.tensor([0, 2])], lambda v: ce(v, reduction="none"),
+         args={"reduction": "none"})
+
+    # dropout: identity at inference; while training, about p of the elements are zeroed and
+    # the rest scaled by 1 / (1 - p) (compared as statistics: torch's generator differs).
+    for dt in ("F32", "F16", "I32"):
+        case("dropout", f"{dt}.eval", [rnd((3, 4), dt)], lambda v: F.dropout(v[0].float() if v[0].dtype == torch.int32
+                                                                            else v[0], 0.5, training=False).to(v[0].dtype),
+             args={"p": 0.5})
+    case("dropout_stats", "F32.p0.3", [rnd((256, 256), "F32", "pos")],
+         lambda v: torch.tensor([0.3, 0.0], dtype=torch.float64), args={"p": 0.3, "seed": 7}, upcast=False, tol_scale=1e7)
+    # rand/randn: [mean, var, lag-1 correlation, same seed equal, seed + 1 equal] of 65536
+    # samples against their expected values (atol 0.01 / 0.05: several standard errors),
+    # and [min in range, max in range], in each float dtype.
+    for dt in FLOATS:
+        for normal in (False, True):
+            expect = [0.0, 1.0, 0.0, 1.0, 0.0] if normal else [0.5, 1 / 12, 0.0, 1.0, 0.0]
+            case("randn" if normal else "rand", f"{dt}.stats", [],
+                 lambda v, e=expect: (torch.tensor(e, dtype=torch.float64), torch.ones(2, dtype=torch.float64)),
+                 args={"shape": [256, 256], "seed": 1234, "dtype": dt, "normal": normal}, runner_op="rand_stats",
+                 upcast=False, tol_scale=5e7 if normal else 1e7)
+    case("rand", "F32.seed0", [], lambda v: (torch.tensor([0.5, 1 / 12, 0.0, 1.0, 0.0], dtype=torch.float64),
+                                             torch.ones(2, dtype=torch.float64)),
+         args={"shape": [128, 512], "seed": 0, "dtype": "F32"}, runner_op="rand_stats", upcast=False, tol_scale=1e7)
+
+    for dt in ALL:
+        case("full", f"{dt}.2d", [], lambda v, dt=dt: torch.full((3, 4), 1 if dt == "Bool" else 3, dtype=TD[dt]),
+             args={"shape": [3, 4], "value": 1 if dt == "Bool" else 3, "dtype": dt})
+    case("full", "F32.neg_inf", [], lambda v: torch.full((2, 3), float("-inf")), args={"shape": [2, 3], "value": "-inf",
+                                                                                         "dtype": "F32"})
+    for op in ("zeros", "ones"):
+        for dt in ("F32", "I64", "Bool", "BF16"):
+            case(op, f"{dt}.3d", [], lambda v, op=op, dt=dt: getattr(torch, op)((2, 3, 4), dtype=TD[dt]),
+                 args={"shape": [2, 3, 4], "dtype": dt})
+    for dt in ("F32", "I64", "Bool", "F16"):
+        case("eye", f"{dt}.square", [], lambda v, dt=dt: torch.eye(4, dtype=TD[dt]), args={"n": 4, "dtype": dt})
+    case("eye", "F32.rect", [], lambda v: torch.eye(3, 5), args={"n": 3, "m": 5, "dtype": "F32"})
+    case("eye", "F32.rect_tall", [], lambda v: torch.eye(5, 2), args={"n": 5, "m": 2, "dtype": "F32"})
+    for tag, (a, b, n) in {"basic": (0.0, 1.0, 5), "neg": (-3.0, 7.5, 11), "down": (10.0, -2.0, 7), "one": (2.5, 9.0, 1),
+                           "even": (-1.0, 1.0, 8), "big": (0.0, 1e6, 13)}.items():
+        for dt in ("F32", "F64", "F16") if tag == "neg" else ("F32",):
+            case("linspace", f"{dt}.{tag}", [], lambda v, a=a, b=b, n=n, dt=dt: torch.linspace(a, b, n, dtype=TD[dt]),
+                 args={"start": a, "end": b, "steps": n, "dtype": dt}, upcast=False)
+    case("linspace", "I64.trunc", [], lambda v: torch.linspace(-3.0, 4.0, 6, dtype=torch.int64),
+         args={"start": -3.0, "end": 4.0, "steps": 6, "dtype": "I64"})
+
+
+def gen_more_movement():
+    for dt in ("F32", "I64", "Bool"):
+        case("roll", f"{dt}.axis1", [rnd((3, 5), dt)], lambda v: torch.roll(v[0], 2, 1), args={"shifts": [2], "axes": [1]})
+    case("roll", "F32.negative_two_axes", [rnd((3, 4, 5), "F32")], lambda v: torch.roll(v[0], (-1, 7), (0, 2)),
+         args={"shifts": [-1, 7], "axes": [0, 2]})
+    case("roll", "F32.flat", [rnd((3, 4), "F32")], lambda v: torch.roll(v[0], 5), args={"shifts": [5]})
+    case("roll", "F32.transposed", [Inp(rnd((4, 3), "F32"), T01)], lambda v: torch.roll(v[0], 1, 1),
+         args={"shifts": [1], "axes": [1]})
+    case("roll", "F32.dynamic", [Inp(rnd((6, 2), "F32"), sym={0: "seq"})], lambda v: torch.roll(v[0], -2, 0),
+         args={"shifts": [-2], "axes": [0]})
+    for src, dst in (([0], [2]), ([2], [0]), ([0, 1], [2, 0]), ([-1], [1])):
+        case("movedim", f"F32.{src}_{dst}".replace(" ", ""), [rnd((2, 3, 4), "F32")],
+             lambda v, src=src, dst=dst: torch.movedim(v[0], src, dst), args={"source": src, "destination": dst})
+    case("movedim", "I32.transposed", [Inp(rnd((3, 2, 4), "I32"), T01)], lambda v: torch.movedim(v[0], 0, -1),
+         args={"source": [0], "destination": [-1]})
+    for dt in ("F32", "I32", "Bool"):
+        case("unbind", f"{dt}.axis0", [rnd((3, 4), dt)], lambda v: v[0].unbind(0), args={"axis": 0})
+    case("unbind", "F32.axis-1_transposed", [Inp(rnd((4, 3), "F32"), T01)], lambda v: v[0].unbind(-1), args={"axis": -1})
+    case("unbind", "F32.dynamic_other", [Inp(rnd((5, 2), "F32"), sym={0: "seq"})], lambda v: v[0].unbind(1),
+         args={"axis": 1})
+    for dt in ("F32", "I64", "Bool", "F16"):
+        case("repeat_interleave", f"{dt}.axis1", [rnd((2, 3), dt)], lambda v: v[0].repeat_interleave(3, dim=1),
+             args={"repeats": 3, "axis": 1})
+    case("repeat_interleave", "F32.flat", [rnd((2, 3), "F32")], lambda v: v[0].repeat_interleave(2), args={"repeats": 2})
+    case("repeat_interleave", "F32.transposed_axis0", [Inp(rnd((3, 2), "F32"), T01)],
+         lambda v: v[0].repeat_interleave(2, dim=0), args={"repeats": 2, "axis": 0})
+    case("repeat_interleave", "F32.dynamic", [Inp(rnd((4, 2), "F32"), sym={0: "seq"})],
+         lambda v: v[0].repeat_interleave(3, dim=0), args={"repeats": 3, "axis": 0})
+    for tag, (axis, size, step) in {"basic": (1, 3, 1), "step2": (1, 2, 2), "axis0_step3": (0, 2, 3), "whole": (1, 7, 1)}.items():
+        case("unfold", f"F32.{tag}", [rnd((5, 7), "F32")], lambda v, a=axis, n=size, s=step: v[0].unfold(a, n, s),
+             args={"axis": axis, "size": size, "step": step})
+    case("unfold", "I32.transposed", [Inp(rnd((6, 4), "I32"), T01)], lambda v: v[0].unfold(1, 3, 2),
+         args={"axis": 1, "size": 3, "step": 2})
+    case("unfold", "F32.dynamic", [Inp(rnd((2, 9), "F32"), sym={1: "seq"})], lambda v: v[0].unfold(1, 4, 2),
+         args={"axis": 1, "size": 4, "step": 2})
+    for dt in ("F32", "I32"):
+        case("pixel_shuffle", f"{dt}.r2", [rnd((2, 8, 3, 2), dt)], lambda v: F.pixel_shuffle(v[0], 2), args={"r": 2})
+        case("pixel_unshuffle", f"{dt}.r2", [rnd((2, 2, 4, 6), dt)], lambda v: F.pixel_unshuffle(v[0], 2), args={"r": 2})
+    case("pixel_shuffle", "F32.r3_unbatched", [rnd((9, 2, 3), "F32")], lambda v: F.pixel_shuffle(v[0], 3), args={"r": 3})
+    case("pixel_shuffle", "F32.transposed", [Inp(rnd((1, 4, 3, 2), "F32"), {"kind": "transpose", "dims": [2, 3]})],
+         lambda v: F.pixel_shuffle(v[0], 2), args={"r": 2})
+    case("pixel_unshuffle", "F32.r3", [rnd((1, 1, 6, 9), "F32")], lambda v: F.pixel_unshuffle(v[0], 3), args={"r": 3})
+
+
+def gen_more_nn():
+    """Convolutions, pooling, resizing, linear algebra and accumulating index ops."""
+    def conv3(v, a):
+        return F.conv3d(v[0], v[1], v[2] if len(v) > 2 else None, stride=a.get("stride", 1), padding=a.get("padding", 0),
+                        dilation=a.get("dilation", 1), groups=a.get("groups", 1))
+    for dt in FLOATS:
+        case("conv3d", f"{dt}.basic", [rnd((1, 2, 4, 5, 4), dt), rnd((3, 2, 2, 3, 2), dt), rnd((3,), dt)],
+             lambda v: conv3(v, {}), tol_scale=6)
+    for tag, a in (("stride_pad", {"stride": [2, 1, 2], "padding": [1, 0, 1]}), ("dilation_groups", {"dilation": 2, "groups": 2})):
+        case("conv3d", f"F32.{tag}", [rnd((2, 4, 5, 6, 5), "F32"), rnd((2, 4 // a.get("groups", 1), 2, 2, 2), "F32")],
+             lambda v, a=a: conv3(v, a), args=a, tol_scale=6)
+    case("conv3d", "F32.unbatched_transposed", [Inp(rnd((2, 4, 3, 5), "F32"), {"kind": "transpose", "dims": [1, 3]}),
+                                                rnd((2, 2, 2, 2, 2), "F32")], lambda v: conv3(v, {}), tol_scale=5)
+
+    def convt(v, a):
+        fn = {3: F.conv_transpose1d, 4: F.conv_transpose2d, 5: F.conv_transpose3d}[v[1].dim()]
+        return fn(v[0], v[1], v[2] if len(v) > 2 else None, stride=a.get("stride", 1), padding=a.get("padding", 0),
+                  output_padding=a.get("output_padding", 0), groups=a.get("groups", 1), dilation=a.get("dilation", 1))
+    for dt in FLOATS:
+        case("conv_transpose", f"{dt}.1d_stride2", [rnd((2, 3, 5), dt), rnd((3, 4, 3), dt), rnd((4,), dt)],
+             lambda v: convt(v, {"stride": 2}), args={"stride": 2}, tol_scale=4)
+    for tag, a, xs, ws in (("1d_all", {"stride": 3, "padding": 2, "output_padding": 1, "dilation": 2, "groups": 2},
+                            (1, 4, 6), (4, 3, 3)),
+                           ("2d_stride_pad", {"stride": [2, 1], "padding": [1, 0], "output_padding": [1, 0]},
+                            (2, 3, 4, 5), (3, 2, 3, 3)),
+                           ("2d_big_padding", {"padding": 2}, (1, 2, 5, 5), (2, 3, 2, 2)),
+                           ("2d_groups", {"groups": 3, "stride": 2}, (1, 3, 3, 4), (3, 2, 3, 2)),
+                           ("3d", {"stride": 2, "padding": 1}, (1, 2, 3, 3, 2), (2, 2, 2, 3, 2))):
+        case("conv_transpose", f"F32.{tag}", [rnd(xs, "F32"), rnd(ws, "F32")], lambda v, a=a: convt(v, a), args=a,
+             tol_scale=4)
+    case("conv_transpose", "F32.2d_unbatched_dynamic", [Inp(rnd((2, 4, 5), "F32"), sym={2: "w"}), rnd((2, 3, 3, 3), "F32"),
+                                                        rnd((3,), "F32")],
+         lambda v: convt(v, {"stride": 2}), args={"stride": 2}, tol_scale=4)
+
+    pools = {1: (F.max_pool1d, F.avg_pool1d), 2: (F.max_pool2d, F.avg_pool2d), 3: (F.max_pool3d, F.avg_pool3d)}
+    for nd, shape in ((1, (2, 3, 11)), (2, (1, 2, 7, 9)), (3, (1, 2, 5, 6, 7))):
+        mx, av = pools[nd]
+        for tag, a in (("k3", {"kernel": [3]}), ("k3_s2_p1", {"kernel": [3], "stride": [2], "padding": [1]}),
+                       ("k2_s2_ceil", {"kernel": [2], "stride": [2], "ceil_mode": True}),
+                       ("k3_s2_p1_ceil", {"kernel": [3], "stride": [2], "padding": [1], "ceil_mode": True})):
+            k, st, pd = a["kernel"][0], a.get("stride", [None])[0], a.get("padding", [0])[0]
+            a = {key: (val * nd if isinstance(val, list) else val) for key, val in a.items()}  # one size per dim
+            ceil = a.get("ceil_mode", False)
+            case("max_pool", f"F32.{nd}d_{tag}", [rnd(shape, "F32")],
+                 lambda v, k=k, st=st, pd=pd, ceil=ceil, mx=mx: mx(v[0], k, st, pd, ceil_mode=ceil), args=a)
+            case("avg_pool", f"F32.{nd}d_{tag}", [rnd(shape, "F32")],
+                 lambda v, k=k, st=st, pd=pd, ceil=ceil, av=av: av(v[0], k, st, pd, ceil_mode=ceil), args=a)
+            if pd:
+                case("avg_pool", f"F32.{nd}d_{tag}_exclude_pad", [rnd(shape, "F32")],
+                     lambda v, k=k, st=st, pd=pd, ceil=ceil, av=av: av(v[0], k, st, pd, ceil_mode=ceil,
+                                                                      count_include_pad=False),
+                     args={**a, "count_include_pad": False})
+    case("max_pool", "F32.2d_dilation2", [rnd((1, 2, 7, 8), "F32")], lambda v: F.max_pool2d(v[0], 2, 1, 0, dilation=2),
+         args={"kernel": [2, 2], "stride": [1], "dilation": [2]})
+    for dt in ("F16", "BF16", "F64", "I32"):
+        case("max_pool", f"{dt}.2d_k2", [rnd((1, 2, 4, 6), dt)],
+             lambda v: F.max_pool2d(v[0].float(), 2).to(v[0].dtype) if v[0].dtype == torch.int32 else F.max_pool2d(v[0], 2),
+             args={"kernel": [2, 2]})
+    for dt in ("F16", "BF16", "F64"):
+        case("avg_pool", f"{dt}.1d_k3", [rnd((2, 2, 9), dt)], lambda v: F.avg_pool1d(v[0], 3), args={"kernel": [3]})
+    case("max_pool", "F32.1d_nan_dynamic", [Inp(torch.tensor([[[1.0, float("nan"), 3.0, -2.0, 5.0, 0.5]]]), sym={2: "L"})],
+         lambda v: F.max_pool1d(v[0], 2), args={"kernel": [2]})
+    for dt in ("F32", "F16"):
+        case("max_pool1d", f"{dt}.k3_s2_p1", [rnd((2, 3, 10), dt)], lambda v: F.max_pool1d(v[0], 3, 2, 1),
+             args={"kernel": 3, "stride": 2, "padding": 1})
+        case("avg_pool1d", f"{dt}.k3_s2_p1", [rnd((2, 3, 10), dt)], lambda v: F.avg_pool1d(v[0], 3, 2, 1),
+             args={"kernel": 3, "stride": 2, "padding": 1})
+    case("max_pool1d", "F32.transposed_unbatched", [Inp(rnd((7, 3), "F32"), T01)], lambda v: F.max_pool1d(v[0], 2),
+         args={"kernel": 2})
+    case("avg_pool1d", "F32.dynamic", [Inp(rnd((1, 2, 9), "F32"), sym={2: "L"})], lambda v: F.avg_pool1d(v[0], 3),
+         args={"kernel": 3})
+
+    adapt = {1: (F.adaptive_avg_pool1d, F.adaptive_max_pool1d), 2: (F.adaptive_avg_pool2d, F.adaptive_max_pool2d),
+             3: (F.adaptive_avg_pool3d, F.adaptive_max_pool3d)}
+    for shape, size in (((2, 3, 10), [4]), ((2, 3, 7), [3]), ((1, 2, 7, 9), [3, 4]), ((1, 2, 5, 6), [5, 2]),
+                        ((2, 6, 6), [2, 3]), ((1, 2, 4, 5, 6), [2, 3, 4]), ((1, 2, 3, 4), [6, 7])):
+        avg, mx = adapt[len(size)]
+        tag = "x".join(map(str, shape)) + "_to_" + "x".join(map(str, size))
+        case("adaptive_avg_pool", f"F32.{tag}", [rnd(shape, "F32")], lambda v, f=avg, s=size: f(v[0], s), args={"size": size})
+        case("adaptive_max_pool", f"F32.{tag}", [rnd(shape, "F32")], lambda v, f=mx, s=size: f(v[0], s), args={"size": size})
+    for dt in ("F16", "BF16", "F64"):
+        case("adaptive_avg_pool", f"{dt}.2d", [rnd((1, 2, 5, 7), dt)], lambda v: F.adaptive_avg_pool2d(v[0], [2, 3]),
+             args={"size": [2, 3]})
+    case("adaptive_max_pool", "I32.2d", [rnd((1, 2, 5, 7), "I32")],
+         lambda v: F.adaptive_max_pool2d(v[0].float(), [2, 3])[0].to(torch.int32) if False
+         else F.adaptive_max_pool2d(v[0].double(), [2, 3]).to(torch.int32), args={"size": [2, 3]})
+    case("adaptive_avg_pool", "F32.transposed", [Inp(rnd((1, 2, 6, 5), "F32"), {"kind": "transpose", "dims": [2, 3]})],
+         lambda v: F.adaptive_avg_pool2d(v[0], [2, 4]), args={"size": [2, 4]})
+
+    def interp(v, size, mode, ac=None):
+        return F.interpolate(v[0], size=size, mode=mode, align_corners=ac)
+    for shape, size, mode, ac in (((1, 2, 5), [11], "nearest", None), ((1, 2, 6), [4], "nearest", None),
+                                  ((1, 2, 10), [6], "nearest", None), ((1, 2, 4, 5), [8, 10], "nearest", None),
+                                  ((1, 2, 4, 5), [7, 3], "nearest", None), ((1, 2, 4, 5), [7, 3], "nearest-exact", None),
+                                  ((1, 2, 5), [9], "linear", False), ((1, 2, 5), [9], "linear", True),
+                                  ((1, 2, 4, 5), [7, 8], "bilinear", False), ((1, 2, 4, 5), [7, 8], "bilinear", True),
+                                  ((1, 2, 6, 6), [3, 4], "bilinear", False), ((2, 1, 4, 5), [1, 1], "bilinear", True),
+                                  ((1, 2, 3, 4, 5), [5, 3, 7], "trilinear", False), ((1, 2, 3, 4, 5), [5, 3, 7], "nearest", None),
+                                  ((1, 2, 6, 8), [4, 3], "area", None)):
+        tag = f"{mode}_{'x'.join(map(str, shape))}_to_{'x'.join(map(str, size))}" + ("_ac" if ac else "")
+        args = {"size": size, "mode": mode}
+        if ac:
+            args["align_corners"] = True
+        case("interpolate", f"F32.{tag}", [rnd(shape, "F32")], lambda v, s=size, m=mode, ac=ac: interp(v, s, m, ac),
+             args=args, tol_scale=2)
+    for dt in ("F16", "BF16", "F64"):
+        case("interpolate", f"{dt}.bilinear", [rnd((1, 2, 4, 5), dt)], lambda v: interp(v, [7, 8], "bilinear", False),
+             args={"size": [7, 8], "mode": "bilinear"}, tol_scale=2)
+        case("interpolate", f"{dt}.nearest", [rnd((1, 2, 4, 5), dt)], lambda v: interp(v, [7, 8], "nearest"),
+             args={"size": [7, 8], "mode": "nearest"})
+    case("interpolate", "I64.nearest", [rnd((1, 1, 3, 4), "I64")],
+         lambda v: F.interpolate(v[0].double(), size=[5, 8], mode="nearest").to(torch.int64),
+         args={"size": [5, 8], "mode": "nearest"})
+    case("interpolate", "F32.bilinear_transposed", [Inp(rnd((1, 2, 5, 4), "F32"), {"kind": "transpose", "dims": [2, 3]})],
+         lambda v: interp(v, [6, 9], "bilinear", False), args={"size": [6, 9], "mode": "bilinear"}, tol_scale=2)
+    case("interpolate", "F32.bilinear_special", [torch.tensor([[[[1.0, float("inf")], [float("nan"), -2.0]]]])],
+         lambda v: interp(v, [3, 3], "bilinear", True), args={"size": [3, 3], "mode": "bilinear", "align_corners": True})
+
+    def unf(v, a):
+        return F.unfold(v[0], a["kernel"], dilation=a.get("dilation", 1), padding=a.get("padding", 0), stride=a.get("stride", 1))
+    for tag, a in (("k2", {"kernel": [2, 2]}), ("k3_p1_s2", {"kernel": [3, 3], "padding": [1, 1], "stride": [2, 2]}),
+                   ("k2x3_d2", {"kernel": [2, 3], "dilation": [2, 1]})):
+        case("im2col", f"F32.{tag}", [rnd((2, 3, 6, 7), "F32")], lambda v, a=a: unf(v, a), args=a)
+    case("im2col", "I32.unbatched", [rnd((2, 4, 5), "I32")], lambda v: F.unfold(v[0].double(), 2).to(torch.int32)
+         if False else F.unfold(v[0].unsqueeze(0).double(), 2).squeeze(0).to(torch.int32), args={"kernel": [2, 2]})
+    case("im2col", "F32.dynamic", [Inp(rnd((1, 2, 5, 6), "F32"), sym={3: "w"})], lambda v: unf(v, {"kernel": [2, 2]}),
+         args={"kernel": [2, 2]})
+
+    # ---- linear algebra ----
+    for dt in ("F32", "I64", "F16"):
+        case("outer", f"{dt}.basic", [rnd((4,), dt), rnd((3,), dt)], lambda v: torch.outer(v[0], v[1]))
+    case("outer", "I32xF32.mixed", [rnd((4,), "I32"), rnd((3,), "F32")], lambda v: torch.outer(v[0], v[1]))
+    case("outer", "F32.dynamic_sliced", [Inp(rnd((7,), "F32"), sym={0: "n"}), Inp(rnd((8,), "F32"), sl(0, 1, 8, 2))],
+         lambda v: torch.outer(v[0], v[1]))
+    for k in (0, 1, -2):
+        case("diag", f"F32.vec_k{k}", [rnd((4,), "F32")], lambda v, k=k: torch.diag(v[0], k), args={"offset": k})
+        case("diag", f"I64.mat_k{k}", [rnd((4, 5), "I64")], lambda v, k=k: torch.diag(v[0], k), args={"offset": k})
+    case("diag", "F32.special_vec", [special("F32")[:4]], lambda v: torch.diag(v[0]))
+    case("diag", "F32.transposed", [Inp(rnd((5, 3), "F32"), T01)], lambda v: torch.diag(v[0], 1), args={"offset": 1})
+    for tag, (k, a1, a2) in {"basic": (0, 0, 1), "offset": (1, 1, 2), "neg_swapped": (-1, 2, 0)}.items():
+        case("diagonal", f"F32.{tag}", [rnd((3, 4, 5), "F32")],
+             lambda v, k=k, a1=a1, a2=a2: torch.diagonal(v[0], k, a1, a2), args={"offset": k, "axis1": a1, "axis2": a2})
+    case("diagonal", "F32.dynamic", [Inp(rnd((5, 4), "F32"), sym={0: "rows"})], lambda v: torch.diagonal(v[0]), args={})
+    for dt in ("F32", "I32", "F64"):
+        case("trace", f"{dt}.rect", [rnd((4, 6), dt)], lambda v: torch.trace(v[0]))
+    case("trace", "F32.transposed", [Inp(rnd((3, 3), "F32"), T01)], lambda v: torch.trace(v[0]))
+    for tag, eq, shapes in (("matmul", "ij,jk->ik", [(3, 4), (4, 5)]), ("batched", "bij,bjk->bik", [(2, 3, 4), (2, 4, 2)]),
+                            ("transpose", "ij->ji", [(3, 4)]), ("sum_all", "ij->", [(3, 4)]),
+                            ("diag", "ii->i", [(4, 4)]), ("trace", "ii", [(4, 4)]), ("outer", "i,j->ij", [(3,), (4,)]),
+                            ("dot", "i,i", [(5,), (5,)]), ("implicit", "ij,jk", [(2, 3), (3, 4)]),
+                            ("bilinear", "bn,anm,bm->ba", [(2, 3), (4, 3, 5), (2, 5)]),
+                            ("ellipsis", "...ij,...jk->...ik", [(2, 3, 4), (4, 2)]),
+                            ("ellipsis_implicit", "b...,b...", [(2, 3, 4), (2, 3, 4)]),
+                            ("attention", "bhqd,bhkd->bhqk", [(1, 2, 3, 4), (1, 2, 5, 4)]),
+                            ("repeated_three", "iij,jk->ik", [(3, 3, 4), (4, 2)])):
+        case("einsum", f"F32.{tag}", [rnd(s, "F32") for s in shapes], lambda v, eq=eq: torch.einsum(eq, *v),
+             args={"equation": eq}, tol_scale=3)
+    case("einsum", "I64.matmul", [rnd((3, 4), "I64"), rnd((4, 2), "I64")], lambda v: torch.einsum("ij,jk->ik", *v),
+         args={"equation": "ij,jk->ik"})
+    case("einsum", "F16.matmul", [rnd((3, 4), "F16"), rnd((4, 2), "F16")], lambda v: torch.einsum("ij,jk->ik", *v),
+         args={"equation": "ij,jk->ik"}, tol_scale=3)
+    case("einsum", "F32.transposed_dynamic", [Inp(rnd((4, 3), "F32"), T01), Inp(rnd((4, 5), "F32"), sym={1: "n"})],
+         lambda v: torch.einsum("ij,jk->ki", *v), args={"equation": "ij,jk->ki"}, tol_scale=3)
+
+    # ---- accumulating index ops: duplicate indices add up ----
+    for dt in ("F32", "I64", "F16", "I32"):
+        case("scatter_add", f"{dt}.axis0_dups", [rnd((3, 4), dt), torch.tensor([[0, 1, 2, 0], [2, 2, 0, 1], [0, 0, 0, 0]]),
+                                                 rnd((3, 4), dt)],
+             lambda v: v[0].scatter_add(0, v[1], v[2]), args={"axis": 0}, tol_scale=3)
+    case("scatter_add", "F32.axis1_small_index", [rnd((3, 5), "F32"), torch.tensor([[4, 4, 0], [1, 3, 1]]), rnd((2, 4), "F32")],
+         lambda v: v[0].scatter_add(1, v[1], v[2]), args={"axis": 1}, tol_scale=3)
+    case("scatter_add", "F32.special_untouched", [torch.tensor([[-0.0, float("inf"), 1.0], [float("nan"), -0.0, 2.0]]),
+                                                  torch.tensor([[2, 2]]), torch.tensor([[float("inf"), 1.5]])],
+         lambda v: v[0].scatter_add(1, v[1], v[2]), args={"axis": 1})
+    case("scatter_add", "F32.transposed_3d", [Inp(rnd((4, 3, 2), "F32"), T01), torch.randint(0, 3, (2, 4, 2), generator=GEN),
+                                              rnd((2, 4, 2), "F32")],
+         lambda v: v[0].scatter_add(0, v[1], v[2]), args={"axis": 0}, tol_scale=3)
+    case("scatter_add", "F32.dynamic", [Inp(rnd((3, 6), "F32"), sym={1: "n"}), torch.tensor([[0, 1], [2, 2], [1, 1]]),
+                                        rnd((3, 2), "F32")],
+         lambda v: v[0].scatter_add(0, v[1], v[2]), args={"axis": 0}, tol_scale=3)
+    for dt in ("F32", "I64"):
+        case("index_add", f"{dt}.axis0_dups", [rnd((4, 3), dt), torch.tensor([0, 3, 0, 2, 0]), rnd((5, 3), dt)],
+             lambda v: v[0].index_add(0, v[1], v[2]), args={"axis": 0}, tol_scale=3)
+    case("index_add", "F32.axis1_alpha", [rnd((2, 5), "F32"), torch.tensor([4, 1, 4], dtype=torch.int32), rnd((2, 3), "F32")],
+         lambda v: v[0].index_add(1, v[1], v[2], alpha=-2.0), args={"axis": 1, "alpha": -2.0}, tol_scale=3)
+    for acc in (False, True):
+        tag = "accumulate" if acc else "assign"
+        case("index_put", f"F32.2idx_{tag}", [rnd((4, 5), "F32"), torch.tensor([0, 3, -1]), torch.tensor([1, 4, 2]),
+                                              rnd((3,), "F32")],
+             lambda v, acc=acc: v[0].index_put((v[1], v[2]), v[3], accumulate=acc), args={"accumulate": acc})
+        case("index_put", f"F32.rows_{tag}", [rnd((4, 3), "F32"), torch.tensor([2, 0]), rnd((2, 3), "F32")],
+             lambda v, acc=acc: v[0].index_put((v[1],), v[2], accumulate=acc), args={"accumulate": acc})
+        case("index_put", f"I64.bcast_value_{tag}", [rnd((3, 4), "I64"), torch.tensor([[0], [2]]), torch.tensor([1, 3]),
+                                                     torch.tensor(7)],
+             lambda v, acc=acc: v[0].index_put((v[1], v[2]), v[3], accumulate=acc), args={"accumulate": acc})
+    case("index_put", "F32.dups_accumulate", [rnd((4,), "F32"), torch.tensor([1, 1, 3, 1]), rnd((4,), "F32")],
+         lambda v: v[0].index_put((v[1],), v[2], accumulate=True), args={"accumulate": True}, tol_scale=2)
 
 
 # ----------------------------------------------------------------------------------------
@@ -1088,28 +1674,121 @@ def compare(got, exp, scale):
     err = torch.where(torch.isnan(err), torch.full_like(err, math.inf), err)
     tol = atol * scale + rtol * e.abs()
     val_bad = fin & (err > tol)
-    bad = nan_bad | inf_bad | val_bad
+    # Zeros carry their sign exactly (trunc(-0.5) is -0.0, atan2(0.0, -0.0) is pi).
+    zero_bad = (e == 0) & (g == 0) & (torch.signbit(g) != torch.signbit(e))
+    bad = nan_bad | inf_bad | val_bad | zero_bad
     # Reported error: absolute, relative where |torch| > 1 (so exp(40) reads sensibly).
     max_err = float((err / e.abs().clamp(min=1.0)).max()) if fin.any() else 0.0
     if bad.any():
         i = tuple(int(k) for k in bad.nonzero()[0])
-        kind = "NaN mismatch" if nan_bad[i] else "inf mismatch" if inf_bad[i] else "value"
+        kind = ("NaN mismatch" if nan_bad[i] else "inf mismatch" if inf_bad[i] else
+                "signed zero" if zero_bad[i] else "value")
         return False, max_err, (f"{int(bad.sum())}/{bad.numel()} mismatch ({kind}); first at {i}: luminal "
                                 f"{g[i].item():.9g} torch {e[i].item():.9g} (tol {float(tol[i]) if fin[i] else 0:.2g})")
     return True, max_err, ""
 
 
 def run_runner(cases, workdir: Path):
-    """Run every case through one luminal_op_runner process. Returns {id: (outputs|None, error|None)}.
-    If the process dies (an internal assertion), the case it was running is recorded as crashed
-    and the rest are run again without it."""
+    """Run the cases through luminal_op_runner: one process, or with the CPU backend (whose
+    cold kernel compiles dominate) LUMINAL_OPS_JOBS processes (default: one per core) on
+    interleaved slices. Returns {id: (outputs|None, error|None)}."""
+    jobs = int(os.environ.get("LUMINAL_OPS_JOBS", os.cpu_count() or 1)) if CPU else 1
+    jobs = max(1, min(jobs, len(cases)))
+    if jobs == 1:
+        return run_runner_process(cases, workdir)
+    from concurrent.futures import ThreadPoolExecutor
+    dirs = [workdir / f"job{j}" for j in range(jobs)]
+    for d in dirs:
+        d.mkdir()
+    with ThreadPoolExecutor(jobs) as pool:
+        parts = pool.map(lambda j: run_runner_process(cases[j::jobs], dirs[j]), range(jobs))
+        results = {}
+        for part in parts:
+            results.update(part)
+    return results
+
+
+def save_inputs(cases, path: Path):
     tensors = {}
     for c in cases:
         for k, inp in enumerate(c.inputs):
             tensors[f"{c.id}.in.{k}"] = inp.t
-    inputs_path = workdir / "inputs.safetensors"
-    save_file(tensors, str(inputs_path))
+    save_file(tensors, str(path))
+
+
+def export_cases(out_dir: Path, jobs: int):
+    """Write the cases for runner processes elsewhere (a machine with more cores): job<j>/
+    holds cases.json and inputs.safetensors of every jobs-th case. Run there
+    `luminal_op_runner --search --cpu cases.json inputs.safetensors outputs.safetensors >
+    stdout.txt` in each job dir, bring the dirs back, and replay them with
+    LUMINAL_OPS_PRECOMPUTED=<dir>."""
+    cases = ALL_CASES  # the cases pytest generates (the generator is seeded once, at import)
+    for j in range(jobs):
+        d = out_dir / f"job{j}"
+        d.mkdir(parents=True, exist_ok=True)
+        part = cases[j::jobs]
+        (d / "cases.json").write_text(json.dumps([c.to_json() for c in part]))
+        save_inputs(part, d / "inputs.safetensors")
+
+
+def parse_runner_stdout(text: str):
+    started, errors, shapes, cpu_errors = None, {}, {}, {}
+    for line in text.splitlines():
+        try:
+            msg = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if "start" in msg:
+            started = msg["start"]
+        elif "cpu_error" in msg:
+            cpu_errors[msg["id"]] = msg["cpu_error"]
+        elif "error" in msg:
+            errors[msg["id"]] = msg["error"]
+        elif "shapes" in msg:
+            shapes[msg["id"]] = msg["shapes"]
+    return started, errors, shapes, cpu_errors
+
+
+def collect_results(cases, outs, errors, shapes, cpu_errors, crashed):
     results = {}
+    for c in cases:
+        if c.id in crashed:
+            results[c.id] = (None, crashed[c.id])
+        elif c.id in errors:
+            results[c.id] = (None, errors[c.id])
+        elif c.id not in shapes:
+            results[c.id] = (None, "no result (the runner did not finish this case)")
+        else:
+            k, got, cpu_got = 0, [], []
+            while f"{c.id}.{k}" in outs:
+                got.append(outs[f"{c.id}.{k}"].reshape(shapes[c.id][k]))
+                if f"{c.id}.cpu.{k}" in outs:
+                    cpu_got.append(outs[f"{c.id}.cpu.{k}"].reshape(shapes[c.id][k]))
+                k += 1
+            results[c.id] = (got, None)
+            if CPU:
+                c.cpu = (cpu_got, cpu_errors.get(c.id))
+    return results
+
+
+def replay_precomputed(cases, root: Path):
+    """Results of runner processes run elsewhere (export_cases)."""
+    outs, errors, shapes, cpu_errors = {}, {}, {}, {}
+    for d in sorted(root.glob("job*")):
+        _, e, sh, ce = parse_runner_stdout((d / "stdout.txt").read_text())
+        errors.update(e)
+        shapes.update(sh)
+        cpu_errors.update(ce)
+        outs.update(load_file(str(d / "outputs.safetensors")))
+    return collect_results(cases, outs, errors, shapes, cpu_errors, {})
+
+
+def run_runner_process(cases, workdir: Path):
+    """Run every case through one luminal_op_runner process. Returns {id: (outputs|None, error|None)}.
+    If the process dies (an internal assertion), the case it was running is recorded as crashed
+    and the rest are run again without it."""
+    inputs_path = workdir / "inputs.safetensors"
+    save_inputs(cases, inputs_path)
     crashed = {}
     while True:
         todo = [c for c in cases if c.id not in crashed]
@@ -1117,20 +1796,10 @@ def run_runner(cases, workdir: Path):
         out_path = workdir / "outputs.safetensors"
         cases_path.write_text(json.dumps([c.to_json() for c in todo]))
         search = [] if os.environ.get("LUMINAL_OPS_SEARCH") == "0" else ["--search"]
-        p = subprocess.run([str(RUNNER), *search, str(cases_path), str(inputs_path), str(out_path)],
-                           capture_output=True, text=True, timeout=1800)
-        started, errors, shapes = None, {}, {}
-        for line in p.stdout.splitlines():
-            try:
-                msg = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            if "start" in msg:
-                started = msg["start"]
-            elif "error" in msg:
-                errors[msg["id"]] = msg["error"]
-            elif "shapes" in msg:
-                shapes[msg["id"]] = msg["shapes"]
+        cpu = ["--cpu"] if CPU else []
+        p = subprocess.run([str(RUNNER), *search, *cpu, str(cases_path), str(inputs_path), str(out_path)],
+                           capture_output=True, text=True, timeout=3600)
+        started, errors, shapes, cpu_errors = parse_runner_stdout(p.stdout)
         if p.returncode != 0:
             if started is None or started in crashed:
                 raise RuntimeError(f"luminal_op_runner failed (rc {p.returncode}):\n{p.stderr[-3000:]}")
@@ -1138,18 +1807,24 @@ def run_runner(cases, workdir: Path):
             continue
         outs = load_file(str(out_path))
         break
-    for c in cases:
-        if c.id in crashed:
-            results[c.id] = (None, crashed[c.id])
-        elif c.id in errors:
-            results[c.id] = (None, errors[c.id])
-        else:
-            k, got = 0, []
-            while f"{c.id}.{k}" in outs:
-                got.append(outs[f"{c.id}.{k}"].reshape(shapes[c.id][k]))
-                k += 1
-            results[c.id] = (got, None)
-    return results
+    return collect_results(cases, outs, errors, shapes, cpu_errors, crashed)
+
+
+def evaluate_cpu(c: Case):
+    """The CPU backend's outputs against the reference runtime's (same tolerances)."""
+    cpu_got, cpu_error = c.cpu
+    if c.result_raw is None:
+        return {"ok": False, "msg": "no reference result"}
+    if cpu_error is not None:
+        return {"ok": False, "msg": f"error: {cpu_error}"}
+    if len(cpu_got) != len(c.result_raw):
+        return {"ok": False, "msg": f"{len(cpu_got)} outputs, the reference has {len(c.result_raw)}"}
+    msgs = []
+    for k, (g, e) in enumerate(zip(cpu_got, c.result_raw)):
+        ok, _, msg = compare(g, e, c.tol_scale)
+        if not ok:
+            msgs.append(f"output {k}: {msg}")
+    return {"ok": not msgs, "msg": "; ".join(msgs)}
 
 
 def evaluate(c: Case, got, error):
@@ -1186,13 +1861,20 @@ NOTES = """\
   result dtypes and shapes must match torch's.
 * Tolerance per result dtype, |luminal - torch| <= atol * s + rtol * |torch|, with s = 1 for
   elementwise ops and about sqrt(reduced count) for reductions, matmul and convolutions:
-  F64 rtol = atol = 1e-9; F32 1e-5; F16 1e-2; BF16 2e-2. NaN positions and infinities must
-  match exactly.
+  F64 rtol = atol = 1e-9; F32 1e-5; F16 1e-2; BF16 2e-2. NaN positions, infinities and the
+  sign of zeros must match exactly. Cases tagged "near" use s = 0 (a purely relative
+  tolerance), so tiny results (log1p(1e-30)) must be accurate too.
 * "view" cases feed the op a non-contiguous input (transpose, strided slice, broadcast
   expand); "dynamic" cases declare a symbolic dim (`Expression::var`) bound at execute;
   "inf/nan" cases feed 0, -0, +-inf, NaN and friends.
 * Sort-like ops use distinct values (no tie ambiguity), except the explicit tie cases for
   first-occurrence argmax/argmin and stable argsort.
+* Random ops (`rand`, `randn`, `dropout_stats`) cannot match torch's generator: their cases
+  compare statistics (mean, variance, lag-1 correlation, determinism per seed, range) with
+  their expected values.
+* The CPU backend column (LUMINAL_OPS_CPU=1): every case also compiled for the CPU backend
+  (its rules, first candidate, no search) and compared with the reference runtime's
+  result, with the same tolerances.
 
 ## Intended differences from PyTorch
 
@@ -1219,8 +1901,8 @@ def write_ops_md(cases):
              "a row passes when every case of that op matches torch.", "",
              f"**{sum(c.result['ok'] for c in cases)} / {len(cases)} cases pass; "
              f"{sum(all(c.result['ok'] for c in g) for g in groups.values())} / {len(groups)} ops fully pass.**", "",
-             "| op | dtypes | cases | tested | status | max error (abs; rel where abs(torch) > 1) |",
-             "|---|---|---|---|---|---|"]
+             "| op | dtypes | cases | tested | status | max error (abs; rel where abs(torch) > 1) | CPU backend |",
+             "|---|---|---|---|---|---|---|"]
     for op, cs in groups.items():
         dts = []
         for c in cs:
@@ -1238,7 +1920,12 @@ def write_ops_md(cases):
             if c.result["err"] != math.inf:
                 errs[c.dtype] = max(errs[c.dtype], c.result["err"])
         err = ", ".join(f"{d} {e:.1e}" for d, e in errs.items() if e > 0) or "0"
-        lines.append(f"| `{op}` | {' '.join(dts)} | {len(cs)} | {tested} | {status} | {err} |")
+        if CPU:
+            n_cpu = sum(c.cpu_result["ok"] for c in cs)
+            cpu = "pass" if n_cpu == len(cs) else f"**FAIL** ({len(cs) - n_cpu}/{len(cs)})"
+        else:
+            cpu = "not run"
+        lines.append(f"| `{op}` | {' '.join(dts)} | {len(cs)} | {tested} | {status} | {err} | {cpu} |")
     lines += ["", NOTES, "## Failing cases", ""]
     failing = [c for c in cases if not c.result["ok"]]
     if not failing:
@@ -1246,6 +1933,16 @@ def write_ops_md(cases):
     for c in failing:
         msg = c.result["msg"].replace("|", "\\|").replace("\n", " ")
         lines.append(f"* `{c.id}`: {msg[:400]}")
+    lines += ["", "## Failing cases on the CPU backend", ""]
+    if not CPU:
+        lines.append("Not run (LUMINAL_OPS_CPU=1 runs every case on the CPU backend too).")
+    else:
+        failing = [c for c in cases if not c.cpu_result["ok"]]
+        if not failing:
+            lines.append("None.")
+        for c in failing:
+            msg = c.cpu_result["msg"].replace("|", "\\|").replace("\n", " ")
+            lines.append(f"* `{c.id}`: {msg[:400]}")
     (REPO_ROOT / "docs").mkdir(exist_ok=True)
     (REPO_ROOT / "docs" / "ops.md").write_text("\n".join(lines) + "\n")
 
@@ -1258,17 +1955,36 @@ OPS = list(dict.fromkeys(c.op for c in ALL_CASES))
 
 
 @pytest.fixture(scope="session")
-def parity_results():
+def parity_results(request):
     if not RUNNER.is_file():
         pytest.fail(f"{RUNNER} not found: build it (cmake --build build/release) or set LUMINAL_BIN_DIR")
-    with tempfile.TemporaryDirectory() as d:
-        raw = run_runner(ALL_CASES, Path(d))
-    for c in ALL_CASES:
+    # Only the ops pytest selected (-k), unless docs/ops.md is being written.
+    selected = {item.callspec.params["op"] for item in request.session.items
+                if getattr(item, "function", None) in (test_op, test_op_cpu)}
+    cases = ALL_CASES if os.environ.get("LUMINAL_WRITE_OPS_MD") == "1" else [c for c in ALL_CASES if c.op in selected]
+    if os.environ.get("LUMINAL_OPS_PRECOMPUTED"):
+        raw = replay_precomputed(cases, Path(os.environ["LUMINAL_OPS_PRECOMPUTED"]))
+    else:
+        with tempfile.TemporaryDirectory() as d:
+            raw = run_runner(cases, Path(d))
+    for c in cases:
         got, error = raw[c.id]
         c.result = evaluate(c, got, error)
+        c.result_raw = got
+        if CPU:
+            c.cpu_result = evaluate_cpu(c)
     if os.environ.get("LUMINAL_WRITE_OPS_MD") == "1":
         write_ops_md(ALL_CASES)
-    return {c.id: c.result for c in ALL_CASES}
+    return {c.id: c.result for c in cases}
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_op_cpu(op, parity_results):
+    if not CPU:
+        pytest.skip("set LUMINAL_OPS_CPU=1 to run the op-parity cases on the CPU backend too")
+    cases = [c for c in ALL_CASES if c.op == op]
+    failures = [f"  {c.id}: {c.cpu_result['msg']}" for c in cases if not c.cpu_result["ok"]]
+    assert not failures, f"{op}: {len(failures)}/{len(cases)} cases differ on the CPU backend:\n" + "\n".join(failures)
 
 
 @pytest.mark.parametrize("op", OPS)
@@ -1276,3 +1992,13 @@ def test_op(op, parity_results):
     cases = [c for c in ALL_CASES if c.op == op]
     failures = [f"  {c.id}: max err {c.result['err']:.3g}: {c.result['msg']}" for c in cases if not c.result["ok"]]
     assert not failures, f"{op}: {len(failures)}/{len(cases)} cases differ from torch:\n" + "\n".join(failures)
+
+
+if __name__ == "__main__":
+    import argparse
+
+    ap = argparse.ArgumentParser(description="export the op-parity cases for runner processes elsewhere")
+    ap.add_argument("--export", type=Path, required=True)
+    ap.add_argument("--jobs", type=int, default=1)
+    a = ap.parse_args()
+    export_cases(a.export, a.jobs)

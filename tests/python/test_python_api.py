@@ -123,3 +123,50 @@ def test_type_stubs_ship_with_the_package():
     stub = (here / "_luminal.pyi").read_text()
     assert (here / "py.typed").exists()
     assert "class GraphTensor" in stub and "def matmul" in stub and "def compile" in stub
+
+
+def test_new_tensor_ops_from_python():
+    """The ops of issue 11 item 5 reach Python: methods, operators, tuple results, creation."""
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(1)
+    a_np = rng.standard_normal((3, 4)).astype(np.float32)
+    i_np = rng.integers(-50, 50, (3, 4)).astype(np.int64)
+    g = luminal.Graph()
+    a = g.tensor([3, 4])
+    i = g.tensor([3, 4], luminal.DType.I64)
+    outs = {
+        "atan2": a.atan2(a.t().reshape([3, 4])).output(),
+        "log1p": a.abs().log1p().output(),
+        "bits": ((i & 12) | (i ^ -3) + ~i).output(),
+        "cummax": a.cummax(1)[1].output(),
+        "median": a.median(1)[0].output(),
+        "einsum": luminal.GraphTensor.einsum("ij,kj->ik", [a, a]).output(),
+        "interp": a.reshape([1, 1, 3, 4]).interpolate([5, 7], "bilinear").output(),
+        "eye": (g.eye(3, 4) + g.linspace(0.0, 1.0, 4)).output(),
+        "roll": a.roll([1, -1], [0, 1]).output(),
+    }
+    same_a = g.rand([64], 5).output()
+    same_b = g.rand([64], 5).output()
+    rt = g.compile()
+    rt.set_data(a, a_np)
+    rt.set_data(i, i_np)
+    rt.execute()
+    ta, ti = torch.from_numpy(a_np), torch.from_numpy(i_np)
+    want = {
+        "atan2": torch.atan2(ta, ta.t().reshape(3, 4)),
+        "log1p": ta.abs().log1p(),
+        "bits": (ti & 12) | (ti ^ -3) + ~ti,
+        "cummax": ta.cummax(1).indices,
+        "median": ta.median(1).values,
+        "einsum": torch.einsum("ij,kj->ik", ta, ta),
+        "interp": torch.nn.functional.interpolate(ta.reshape(1, 1, 3, 4), size=(5, 7), mode="bilinear"),
+        "eye": torch.eye(3, 4) + torch.linspace(0, 1, 4),
+        "roll": ta.roll((1, -1), (0, 1)),
+    }
+    for name, t in outs.items():
+        np.testing.assert_allclose(rt.get(t), want[name].numpy(), rtol=1e-5, atol=1e-6, err_msg=name)
+    u = rt.get(same_a)
+    np.testing.assert_array_equal(u, rt.get(same_b))
+    assert ((u >= 0) & (u < 1)).all() and len(np.unique(u)) > 60
+    with pytest.raises(luminal.Error, match="^glu:"):
+        a.glu(0)

@@ -255,6 +255,34 @@ OPS = {
     "pool1d": (lambda a: nn.functional.avg_pool1d(a, 3, 2, 1) .sum() + nn.functional.adaptive_avg_pool1d(a, 2),
                [(1, 2, 8)]),
     "dropout_eval": (lambda a: nn.functional.dropout(a, 0.5, training=False) * 2, [(3, 4)]),
+    # issue 11 item 5: the ops PyTorch users reach for, through their ATen translations.
+    "inverse_trig": (lambda a, b: (a / 10).asin() + (a / 10).acos() + a.atan() + torch.atan2(a, b), [(3, 4), (3, 4)]),
+    "int_bitwise": (lambda a, b: (a.long() & b.long()) | (a.long() ^ 5) + ~b.long(), [(3, 4), (3, 4)]),
+    "nan_to_num_isfinite": (lambda a: torch.nan_to_num(a / 0.0, 1.0, 2.0, -3.0) + torch.isfinite(a / 0.0).float(),
+                            [(3, 4)]),
+    "more_activations": (lambda a: nn.functional.mish(a) + nn.functional.selu(a) + nn.functional.celu(a, 0.5)
+                         + nn.functional.glu(a, -1).sum() + nn.functional.logsigmoid(a).sum(), [(3, 4)]),
+    "scans": (lambda a: a.cumprod(1) + a.cummax(1).values + a.cummin(0).values + a.logcumsumexp(1), [(3, 4)]),
+    "order_statistics": (lambda a: a.median(1).values + a.kthvalue(2, 1).values + a.median(), [(3, 5)]),
+    "vector_norm": (lambda a: torch.linalg.vector_norm(a, dim=1) + torch.linalg.vector_norm(a, 1.0)
+                    + nn.functional.normalize(a, dim=1).sum(1), [(3, 4)]),
+    "conv_transpose": (lambda a, w: nn.functional.conv_transpose2d(a, w, stride=2, padding=1, output_padding=1),
+                       [(1, 2, 3, 4), (2, 3, 3, 3)]),
+    "conv_transpose1d_groups": (lambda a, w: nn.functional.conv_transpose1d(a, w, stride=2, groups=2),
+                                [(1, 4, 5), (4, 1, 3)]),
+    "conv3d_pool3d": (lambda a, w: nn.functional.max_pool3d(nn.functional.conv3d(a, w, padding=1), 2)
+                      + nn.functional.avg_pool3d(nn.functional.conv3d(a, w, padding=1), 2), [(1, 2, 4, 4, 4), (2, 2, 3, 3, 3)]),
+    "pool_ceil_mode": (lambda a: nn.functional.max_pool2d(a, 2, 2, ceil_mode=True)
+                       + nn.functional.avg_pool2d(a, 3, 2, 1, ceil_mode=True, count_include_pad=False), [(1, 2, 5, 5)]),
+    "adaptive_uneven": (lambda a: nn.functional.adaptive_avg_pool2d(a, (3, 2)) + nn.functional.adaptive_max_pool2d(a, (3, 2)),
+                        [(1, 2, 7, 5)]),
+    "pixel_shuffle_roll": (lambda a: nn.functional.pixel_unshuffle(nn.functional.pixel_shuffle(a, 2), 2).roll(1, 2),
+                           [(1, 8, 2, 3)]),
+    "im2col": (lambda a: nn.functional.unfold(a, 2, padding=1, stride=2), [(1, 2, 4, 5)]),
+    "index_put_accumulate": (lambda a, b: a.index_put((torch.tensor([2, 0, 2]), torch.tensor([1, 3, 1])), b,
+                                                      accumulate=True), [(3, 4), (3,)]),
+    "scatter_reduce_sum": (lambda a, b: a.scatter_reduce(1, torch.tensor([[0, 0], [3, 1], [2, 2]]), b, "sum",
+                                                         include_self=False), [(3, 4), (3, 2)]),
 }
 
 

@@ -7,8 +7,6 @@ cast to the dtype PyTorch computed and its shape checked (Translator._check).
 """
 from __future__ import annotations
 
-import math
-
 import torch
 
 import luminal
@@ -124,7 +122,8 @@ register(aten.remainder.Tensor, aten.remainder.Scalar)(_arith(lambda x, y, m: x 
 register(aten.floor_divide.default)(_arith(lambda x, y, m: x.floor_div(y)))
 register(aten.maximum.default)(_arith(lambda x, y, m: x.maximum(y)))
 register(aten.minimum.default)(_arith(lambda x, y, m: x.minimum(y)))
-register(aten.fmod.Tensor, aten.fmod.Scalar)(_arith(lambda x, y, m: x - _div(x, y, "trunc") * y))
+register(aten.fmod.Tensor, aten.fmod.Scalar)(_arith(lambda x, y, m: x.fmod(y)))
+register(aten.atan2.default, aten.atan2.out)(_arith(lambda x, y, m: x.atan2(y)))
 
 
 @register(aten.pow.Tensor_Scalar, aten.pow.Tensor_Tensor, aten.pow.Scalar)
@@ -153,23 +152,26 @@ for _name in ("eq", "ne", "lt", "le", "gt", "ge"):
 
 def _logic(method):
     def translate(t, node, a, b):
-        if node.target.__name__.startswith("bitwise") and any(is_tensor(v) and v.dtype != DT.Bool for v in (a, b)):
-            unsupported("bitwise ops on integer tensors (only on bool)")
         x, y = as_tensor(t, a, DT.Bool), as_tensor(t, b, DT.Bool)
-        return x.ne(y) if method == "logical_xor" else getattr(x, method)(y)
+        return getattr(x, method)(y)
     return translate
 
 
-register(aten.bitwise_and.Tensor, aten.bitwise_and.Scalar, aten.logical_and.default)(_logic("logical_and"))
-register(aten.bitwise_or.Tensor, aten.bitwise_or.Scalar, aten.logical_or.default)(_logic("logical_or"))
-register(aten.bitwise_xor.Tensor, aten.bitwise_xor.Scalar, aten.logical_xor.default)(_logic("logical_xor"))
+def _bitwise(method):
+    def translate(t, node, a, b):
+        dt = out_dtype(node)
+        return getattr(as_tensor(t, a, dt), method)(as_tensor(t, b, dt))
+    return translate
 
 
-@register(aten.logical_not.default, aten.bitwise_not.default)
-def _not(t, node, x):
-    if node.target is aten.bitwise_not.default and x.dtype != DT.Bool:
-        unsupported("bitwise_not on integer tensors (only on bool)")
-    return as_tensor(t, x, DT.Bool).logical_not()
+register(aten.logical_and.default)(_logic("logical_and"))
+register(aten.logical_or.default)(_logic("logical_or"))
+register(aten.logical_xor.default)(_logic("logical_xor"))
+register(aten.bitwise_and.Tensor, aten.bitwise_and.Scalar)(_bitwise("bitwise_and"))
+register(aten.bitwise_or.Tensor, aten.bitwise_or.Scalar)(_bitwise("bitwise_or"))
+register(aten.bitwise_xor.Tensor, aten.bitwise_xor.Scalar)(_bitwise("bitwise_xor"))
+register(aten.logical_not.default)(lambda t, node, x: as_tensor(t, x, DT.Bool).logical_not())
+register(aten.bitwise_not.default)(lambda t, node, x: x.bitwise_not())
 
 
 @register(aten.where.self, aten.where.ScalarSelf, aten.where.ScalarOther, aten.where.Scalar)
@@ -178,14 +180,15 @@ def _where(t, node, cond, a, b):
     return GT.select(as_tensor(t, cond, DT.Bool), as_tensor(t, a, dt), as_tensor(t, b, dt))
 
 
-@register(aten.isnan.default)
-def _isnan(t, node, x):
-    return x.ne(x)
+register(aten.isnan.default)(lambda t, node, x: x.isnan())
+register(aten.isinf.default)(lambda t, node, x: x.isinf())
+register(aten.isfinite.default)(lambda t, node, x: x.isfinite())
 
 
-@register(aten.isinf.default)
-def _isinf(t, node, x):
-    return x.abs().eq(math.inf)
+@register(aten.nan_to_num.default)
+def _nan_to_num(t, node, x, nan=None, posinf=None, neginf=None):
+    return x.nan_to_num(0.0 if nan is None else float(nan), None if posinf is None else float(posinf),
+                        None if neginf is None else float(neginf))
 
 
 @register(aten.masked_fill.Scalar, aten.masked_fill.Tensor)
@@ -203,14 +206,11 @@ def _unary(method):
 
 
 for _name in ("abs", "exp", "exp2", "log", "log2", "sin", "cos", "tan", "sqrt", "rsqrt", "reciprocal", "floor",
-              "ceil", "round", "erf", "tanh", "sigmoid", "relu", "sign"):
+              "ceil", "round", "erf", "tanh", "sigmoid", "relu", "sign", "expm1", "log1p", "log10", "trunc", "asin",
+              "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh", "mish", "hardswish", "hardsigmoid", "selu"):
     register(getattr(aten, _name).default)(_unary(_name))
 register(aten.neg.default)(lambda t, node, x: -x)
 register(aten.silu.default)(_unary("silu"))
-register(aten.expm1.default)(lambda t, node, x: x.exp() - 1.0)
-register(aten.log1p.default)(lambda t, node, x: (x + 1.0).log())
-register(aten.log10.default)(lambda t, node, x: x.log() * (1.0 / math.log(10.0)))
-register(aten.trunc.default)(lambda t, node, x: GT.select(x.lt(0.0), x.ceil(), x.floor()))
 
 
 @register(aten.gelu.default)
@@ -225,23 +225,13 @@ def _leaky_relu(t, node, x, negative_slope=0.01):
 
 @register(aten.elu.default)
 def _elu(t, node, x, alpha=1.0, scale=1.0, input_scale=1.0):
-    neg = ((x * float(input_scale)).exp() - 1.0) * float(alpha)
+    neg = (x * float(input_scale)).expm1() * float(alpha)
     return GT.select(x.gt(0.0), x, neg) * float(scale)
 
 
 @register(aten.hardtanh.default)
 def _hardtanh(t, node, x, min_val=-1.0, max_val=1.0):
-    return x.clamp(float(min_val), float(max_val))
-
-
-@register(aten.hardswish.default)
-def _hardswish(t, node, x):
-    return x * (x + 3.0).clamp(0.0, 6.0) / 6.0
-
-
-@register(aten.hardsigmoid.default)
-def _hardsigmoid(t, node, x):
-    return (x + 3.0).clamp(0.0, 6.0) / 6.0
+    return x.hardtanh(float(min_val), float(max_val))
 
 
 @register(aten.softplus.default)
@@ -583,7 +573,9 @@ def _linear(t, node, x, w, b=None):
 @register(aten.convolution.default)
 def _convolution(t, node, x, w, bias, stride, padding, dilation, transposed, output_padding, groups):
     if transposed:
-        unsupported("transposed convolution (conv_transpose) is not in the tensor API yet")
+        return x.conv_transpose(w, bias, list(stride), list(padding), list(output_padding), groups, list(dilation))
+    if w.rank == 5:
+        return x.conv3d(w, bias, list(stride), list(padding), list(dilation), groups)
     if x.rank == 3:
         return x.conv1d(w, bias, stride[0], padding[0], dilation[0], groups)
     if x.rank == 4:
@@ -600,32 +592,49 @@ def _pair(v, default=None):
     return (v[0], v[1] if len(v) > 1 else v[0])
 
 
-@register(aten.max_pool2d_with_indices.default)
-def _max_pool2d(t, node, x, kernel, stride=(), padding=0, dilation=1, ceil_mode=False):
-    if _pair(dilation) != (1, 1) or ceil_mode:
-        unsupported("max_pool2d with dilation or ceil_mode")
-    k = _pair(kernel)
-    return x.max_pool2d(k, _pair(stride, k), _pair(padding)), None
+def _ints(v, dims):
+    """A pooling argument as `dims` ints (an int or a list of 1 or `dims`); [] stays []."""
+    if isinstance(v, int):
+        return [v] * dims
+    v = list(v)
+    return v * dims if len(v) == 1 else v
 
 
-@register(aten.avg_pool2d.default)
-def _avg_pool2d(t, node, x, kernel, stride=(), padding=0, ceil_mode=False, count_include_pad=True,
-                divisor_override=None):
-    if ceil_mode or divisor_override is not None or (not count_include_pad and _pair(padding) != (0, 0)):
-        unsupported("avg_pool2d with ceil_mode, divisor_override or count_include_pad=False")
-    k = _pair(kernel)
-    return x.avg_pool2d(k, _pair(stride, k), _pair(padding))
+def _max_pool(dims):
+    def translate(t, node, x, kernel, stride=(), padding=0, dilation=1, ceil_mode=False):
+        return x.max_pool(_ints(kernel, dims), _ints(stride, dims), _ints(padding, dims), _ints(dilation, dims),
+                          bool(ceil_mode)), None
+    return translate
 
 
-@register(aten._adaptive_avg_pool2d.default, aten.adaptive_avg_pool2d.default)
-def _adaptive_avg_pool2d(t, node, x, output_size):
-    oh, ow = _pair(output_size)
-    h, w = int(x.shape[-2]), int(x.shape[-1])
-    if (oh, ow) == (1, 1):
-        return x.mean([x.rank - 2, x.rank - 1], True)
-    if h % oh or w % ow:
-        unsupported(f"adaptive_avg_pool2d from {h}x{w} to {oh}x{ow} (sizes must divide)")
-    return x.avg_pool2d((h // oh, w // ow), (h // oh, w // ow), (0, 0))
+def _avg_pool(dims):
+    def translate(t, node, x, kernel, stride=(), padding=0, ceil_mode=False, count_include_pad=True,
+                  divisor_override=None):
+        if divisor_override is not None:
+            unsupported(f"avg_pool{dims}d with divisor_override")
+        return x.avg_pool(_ints(kernel, dims), _ints(stride, dims), _ints(padding, dims), bool(ceil_mode),
+                          bool(count_include_pad))
+    return translate
+
+
+register(aten.max_pool2d_with_indices.default)(_max_pool(2))
+register(aten.max_pool3d_with_indices.default)(_max_pool(3))
+register(aten.avg_pool2d.default)(_avg_pool(2))
+register(aten.avg_pool3d.default)(_avg_pool(3))
+register(aten.avg_pool1d.default)(_avg_pool(1))
+
+
+def _adaptive(method, with_indices):
+    def translate(t, node, x, output_size):
+        y = getattr(x, method)([int(o) for o in output_size])
+        return (y, None) if with_indices else y
+    return translate
+
+
+register(aten._adaptive_avg_pool2d.default, aten.adaptive_avg_pool2d.default, aten._adaptive_avg_pool3d.default,
+         aten.adaptive_avg_pool1d.default)(_adaptive("adaptive_avg_pool", False))
+register(aten.adaptive_max_pool2d.default, aten.adaptive_max_pool1d.default, aten.adaptive_max_pool3d.default)(
+    _adaptive("adaptive_max_pool", True))
 
 
 @register(aten.native_layer_norm.default)
@@ -771,9 +780,12 @@ def _index_copy(t, node, x, dim, index, source):
 
 @register(aten.index_put.default)
 def _index_put(t, node, x, indices, values, accumulate=False):
-    if accumulate:
-        unsupported("index_put with accumulate=True")
     positions = [i for i, ix in enumerate(indices) if ix is not None]
+    if positions == list(range(len(positions))) and all(indices[i].dtype != DT.Bool for i in positions):
+        # Integer index tensors on the leading dims: luminal's index_put (negative indices included).
+        return x.index_put([indices[i] for i in positions], as_tensor(t, values, x.dtype), bool(accumulate))
+    if accumulate:
+        unsupported("index_put with accumulate=True and boolean or non-leading indices")
     if len(positions) == 1:
         (d,) = positions
         ix = indices[d]
@@ -866,12 +878,6 @@ def getitem(t, node, seq, i):
 
 # ---- more elementwise, normalisation and resampling ops (composed from the tensor API) ----------
 
-register(aten.sinh.default)(lambda t, node, x: (x.exp() - (-x).exp()) * 0.5)
-register(aten.cosh.default)(lambda t, node, x: (x.exp() + (-x).exp()) * 0.5)
-# asinh is odd: computing it on |x| avoids the cancellation of x + sqrt(x^2 + 1) for x << 0.
-register(aten.asinh.default)(lambda t, node, x: x.sign() * (x.abs() + (x * x + 1.0).sqrt()).log())
-register(aten.acosh.default)(lambda t, node, x: (x + (x * x - 1.0).sqrt()).log())
-register(aten.atanh.default)(lambda t, node, x: ((1.0 + x) / (1.0 - x)).log() * 0.5)
 register(aten.fill.Scalar)(lambda t, node, x, value: _filled(t, node, value))
 
 
@@ -973,47 +979,73 @@ def _upsample_linear(t, node, x, output_size, align_corners, scale_factors):
 
 @register(aten.scatter_add.default)
 def _scatter_add(t, node, x, dim, index, src):
-    """x + the sum of src rows landing on each position (duplicates add up): a one-hot
-    contraction over the index's `dim`."""
+    return x.scatter_add(norm_axis(dim, x.rank), index, as_tensor(t, src, x.dtype))
+
+
+@register(aten.scatter_reduce.two)
+def _scatter_reduce(t, node, x, dim, index, src, reduce, *, include_self=True):
+    if reduce != "sum":
+        unsupported(f"scatter_reduce with reduce='{reduce}' (only 'sum')")
     dim = norm_axis(dim, x.rank)
-    if [str(s) for i, s in enumerate(index.shape) if i != dim] != [str(s) for i, s in enumerate(x.shape) if i != dim]:
-        unsupported("scatter_add with an index smaller than self outside `dim`")
-    n = int(x.shape[dim])
-    hot = index.cast(DT.I64).one_hot(n).cast(x.dtype)             # index.shape + [n]
-    src = src.slice(dim, 0, int(index.shape[dim])) if int(src.shape[dim]) != int(index.shape[dim]) else src
-    contrib = (hot * src.unsqueeze(src.rank)).sum([dim])            # shape without dim, + [n]
-    axes = list(range(contrib.rank - 1))
-    axes.insert(dim, contrib.rank - 1)
-    return x + contrib.permute(axes)
+    src = as_tensor(t, src, x.dtype)
+    if not include_self:  # the positions written start from 0
+        x = x.scatter(dim, index, t.g.constant(0.0, x.dtype).expand(list(index.shape)))
+    return x.scatter_add(dim, index, src)
 
 
 @register(aten.diagonal.default)
 def _diagonal(t, node, x, offset=0, dim1=0, dim2=1):
-    d1, d2 = norm_axis(dim1, x.rank), norm_axis(dim2, x.rank)
-    rest = [i for i in range(x.rank) if i not in (d1, d2)]
-    y = x.permute(rest + [d1, d2])
-    a, b = int(y.shape[-2]), int(y.shape[-1])
-    start = offset if offset >= 0 else -offset * b
-    length = min(a, b - offset) if offset >= 0 else min(a + offset, b)
-    if length <= 0:
-        unsupported("an empty diagonal")
-    flat = y.reshape(list(y.shape[:-2]) + [a * b]).contiguous()
-    return flat.slice(flat.rank - 1, start, start + (length - 1) * (b + 1) + 1, b + 1)
+    return x.diagonal(offset, dim1, dim2)
 
 
-@register(aten.avg_pool1d.default)
-def _avg_pool1d(t, node, x, kernel, stride=(), padding=0, ceil_mode=False, count_include_pad=True):
-    if ceil_mode or (not count_include_pad and _pair(padding)[0] != 0):
-        unsupported("avg_pool1d with ceil_mode or count_include_pad=False")
-    k = _pair(kernel)[0]
-    s = _pair(stride, (k, k))[0]
-    return x.unsqueeze(x.rank - 1).avg_pool2d((1, k), (1, s), (0, _pair(padding)[0])).squeeze(x.rank - 1)
+@register(aten.cumprod.default)
+def _cumprod(t, node, x, dim, *, dtype=None):
+    return x.cumprod(norm_axis(dim, x.rank))
 
 
-@register(aten.adaptive_avg_pool1d.default)
-def _adaptive_avg_pool1d(t, node, x, output_size):
-    (o,) = output_size
-    n = int(x.shape[-1])
-    if n % o:
-        unsupported(f"adaptive_avg_pool1d from {n} to {o} (sizes must divide)")
-    return x.unsqueeze(x.rank - 1).avg_pool2d((1, n // o), (1, n // o), (0, 0)).squeeze(x.rank - 1)
+@register(aten.cummax.default, aten.cummin.default)
+def _cumextreme(t, node, x, dim):
+    fn = x.cummax if node.target is aten.cummax.default else x.cummin
+    return tuple(fn(norm_axis(dim, x.rank)))
+
+
+register(aten.logcumsumexp.default)(lambda t, node, x, dim: x.logcumsumexp(norm_axis(dim, x.rank)))
+
+
+@register(aten.median.dim)
+def _median_dim(t, node, x, dim, keepdim=False):
+    return tuple(x.median(norm_axis(dim, x.rank), bool(keepdim)))
+
+
+@register(aten.kthvalue.default)
+def _kthvalue(t, node, x, k, dim=-1, keepdim=False):
+    return tuple(x.kthvalue(int(k), norm_axis(dim, x.rank), bool(keepdim)))
+
+
+@register(aten.median.default)
+def _median_all(t, node, x):
+    return x.reshape([x.numel()]).median(0)[0]
+
+
+register(aten.pixel_shuffle.default)(lambda t, node, x, r: x.pixel_shuffle(int(r)))
+register(aten.pixel_unshuffle.default)(lambda t, node, x, r: x.pixel_unshuffle(int(r)))
+
+
+@register(aten.roll.default)
+def _roll(t, node, x, shifts, dims=()):
+    return x.roll([int(s) for s in shifts], [norm_axis(d, x.rank) for d in dims])
+
+
+@register(aten.im2col.default)
+def _im2col(t, node, x, kernel_size, dilation, padding, stride):
+    return x.im2col(_pair(kernel_size), _pair(dilation), _pair(padding), _pair(stride))
+
+
+@register(aten.linalg_vector_norm.default)
+def _vector_norm(t, node, x, ord=2, dim=None, keepdim=False, *, dtype=None):
+    axes = None if dim is None else [norm_axis(d, x.rank) for d in ([dim] if isinstance(dim, int) else dim)]
+    return x.norm(float(ord), axes, bool(keepdim))
+
+
+register(aten.glu.default)(lambda t, node, x, dim=-1: x.glu(dim))
+register(aten.celu.default)(lambda t, node, x, alpha=1.0: x.celu(float(alpha)))
