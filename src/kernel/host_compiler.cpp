@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "luminal/error.hpp"
+#include "luminal/program_cache.hpp"
 
 extern char** environ;
 
@@ -24,17 +25,6 @@ namespace luminal::kernel {
 namespace {
 
 // Two independent 64-bit FNV-1a hashes: 128 bits, so collisions are not a concern.
-std::string hash_hex(std::string_view text) {
-  uint64_t a = 0xcbf29ce484222325ull, b = 0x84222325cbf29ce4ull;
-  for (unsigned char c : text) {
-    a = (a ^ c) * 0x100000001b3ull;
-    b = (b ^ c) * 0x100000001b3ull;
-    b ^= b >> 29;
-  }
-  char buf[33];
-  std::snprintf(buf, sizeof buf, "%016llx%016llx", static_cast<unsigned long long>(a), static_cast<unsigned long long>(b));
-  return buf;
-}
 
 std::string read_file(const std::filesystem::path& p) {
   std::ifstream f(p, std::ios::binary);
@@ -119,7 +109,7 @@ std::string HostCompiler::key(const std::string& source) const {
   for (const auto& f : options_.flags) all += '\x1f' + f;
   all += '\x1e';
   all += source;
-  return hash_hex(all);
+  return content_hash(all);
 }
 
 std::filesystem::path HostCompiler::build(const std::string& source, const std::string& key) {
