@@ -1,12 +1,35 @@
 #include "luminal/kernel/program_kernels.hpp"
 
+#include <algorithm>
 #include <vector>
 
 #include "luminal/error.hpp"
+#include "luminal/kernel/fusion.hpp"
 #include "luminal/kernel/kernel.hpp"
 #include "luminal/search/hlir_egraph.hpp"
 
 namespace luminal::kernel {
+
+RunnableProgram runnable_program(const Graph& program, const std::vector<NodeId>& external_ids) {
+  LUMINAL_ASSERT(external_ids.size() == program.size(), "external id table size");
+  RunnableProgram r;
+  std::vector<NodeId> renumbered;
+  r.graph = fuse_program(program, renumbered);
+  r.external_ids.assign(r.graph.size(), kNoNode);
+  for (NodeId i = 0; i < program.size(); ++i)
+    if (renumbered[i] != kNoNode) r.external_ids[renumbered[i]] = external_ids[i];
+  for (NodeId i = 0; i < r.graph.size(); ++i) {
+    const Node& n = r.graph.node(i);
+    for (const auto& in : n.inputs) LUMINAL_ASSERT(in.node < i, "program is not in topological order at node ", i);
+    for (const auto& d : n.shape)
+      for (const auto& v : d.variables()) r.dim_names.push_back(v);
+    if ((n.op == OpKind::Input || n.op == OpKind::Output) && r.external_ids[i] != kNoNode)
+      r.program_of[r.external_ids[i]] = i;
+  }
+  std::sort(r.dim_names.begin(), r.dim_names.end());
+  r.dim_names.erase(std::unique(r.dim_names.begin(), r.dim_names.end()), r.dim_names.end());
+  return r;
+}
 
 std::optional<std::string> node_region_text(const Graph& g, const Node& n, std::string_view backend) {
   if (n.op == OpKind::BackendOp) {

@@ -245,25 +245,17 @@ void CpuRuntime::prepare(std::span<const Graph* const> programs) {
 }
 
 void CpuRuntime::load_program(size_t slot, const Graph& program, std::vector<NodeId> external_ids) {
-  LUMINAL_ASSERT(external_ids.size() == program.size(), "external id table size");
   auto& s = *state_;
   if (s.slots.size() <= slot) s.slots.resize(slot + 1);
   ProgramPlan p;
-  // Kernels the extracted program left apart are joined where one kernel can compute them.
-  std::vector<NodeId> renumbered;
-  p.graph = kernel::fuse_program(program, renumbered);
-  p.external_ids.assign(p.graph.size(), kNoNode);
-  for (NodeId i = 0; i < program.size(); ++i)
-    if (renumbered[i] != kNoNode) p.external_ids[renumbered[i]] = external_ids[i];
+  kernel::RunnableProgram runnable = kernel::runnable_program(program, external_ids);
+  p.graph = std::move(runnable.graph);
+  p.external_ids = std::move(runnable.external_ids);
+  p.dim_names = std::move(runnable.dim_names);
+  p.program_of = std::move(runnable.program_of);
   std::vector<std::string> regions;
   for (NodeId i = 0; i < p.graph.size(); ++i) {
     const Node& n = p.graph.node(i);
-    for (const auto& in : n.inputs) LUMINAL_ASSERT(in.node < i, "program is not in topological order at node ", i);
-    for (const auto& d : n.shape)
-      for (const auto& v : d.variables())
-        if (std::find(p.dim_names.begin(), p.dim_names.end(), v) == p.dim_names.end()) p.dim_names.push_back(v);
-    if ((n.op == OpKind::Input || n.op == OpKind::Output) && p.external_ids[i] != kNoNode)
-      p.program_of[p.external_ids[i]] = i;
     if (n.op == OpKind::Input) continue;
     Step step;
     step.node = i;
@@ -295,7 +287,6 @@ void CpuRuntime::load_program(size_t slot, const Graph& program, std::vector<Nod
     }
     p.steps.push_back(std::move(step));
   }
-  std::sort(p.dim_names.begin(), p.dim_names.end());
   s.shared->compile(regions);
   for (auto& step : p.steps) {
     if (step.kind == StepKind::Kernel) step.kernel = s.shared->get(step.region);

@@ -460,28 +460,19 @@ void CudaRuntime::prepare(std::span<const luminal::Graph* const> programs) {
 }
 
 void CudaRuntime::load_program(size_t slot, const luminal::Graph& program, std::vector<NodeId> external_ids) {
-  LUMINAL_ASSERT(external_ids.size() == program.size(), "external id table size");
   auto& s = *state_;
   s.shared->context->make_current();
   if (s.slots.size() <= slot) s.slots.resize(slot + 1);
   ProgramPlan p;
-  // Kernels the extracted program left apart are joined where one kernel can compute
-  // them (fewer launches: decode is launch-bound between its GEMVs).
-  std::vector<NodeId> renumbered;
-  p.graph = kernel::fuse_program(program, renumbered);
-  p.external_ids.assign(p.graph.size(), kNoNode);
-  for (NodeId i = 0; i < program.size(); ++i)
-    if (renumbered[i] != kNoNode) p.external_ids[renumbered[i]] = external_ids[i];
+  kernel::RunnableProgram runnable = kernel::runnable_program(program, external_ids);
+  p.graph = std::move(runnable.graph);
+  p.external_ids = std::move(runnable.external_ids);
+  p.dim_names = std::move(runnable.dim_names);
+  p.program_of = std::move(runnable.program_of);
   std::vector<std::string> regions;
   std::vector<std::string> step_regions;
   for (NodeId i = 0; i < p.graph.size(); ++i) {
     const Node& n = p.graph.node(i);
-    for (const auto& in : n.inputs) LUMINAL_ASSERT(in.node < i, "program is not in topological order at node ", i);
-    for (const auto& d : n.shape)
-      for (const auto& v : d.variables())
-        if (std::find(p.dim_names.begin(), p.dim_names.end(), v) == p.dim_names.end()) p.dim_names.push_back(v);
-    if ((n.op == OpKind::Input || n.op == OpKind::Output) && p.external_ids[i] != kNoNode)
-      p.program_of[p.external_ids[i]] = i;
     if (n.op == OpKind::Input) continue;
     Step step;
     step.node = i;
@@ -523,7 +514,6 @@ void CudaRuntime::load_program(size_t slot, const luminal::Graph& program, std::
     step_regions.push_back(std::move(region));
     p.steps.push_back(std::move(step));
   }
-  std::sort(p.dim_names.begin(), p.dim_names.end());
   s.shared->compile(regions);
   for (size_t k = 0; k < p.steps.size(); ++k)
     if (p.steps[k].kind == StepKind::Kernel) p.steps[k].kernel = s.shared->get(step_regions[k]);

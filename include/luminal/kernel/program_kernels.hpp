@@ -7,11 +7,24 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "luminal/graph.hpp"
 
 namespace luminal::kernel {
+
+// A program as a backend runs it: `fuse_program` applied (nodes the extracted program left
+// apart joined where one kernel computes them), the external ids carried to the fused
+// nodes, every dim it mentions (sorted), and the node of each external Input/Output.
+// Asserts the topological order every runtime relies on.
+struct RunnableProgram {
+  Graph graph;
+  std::vector<NodeId> external_ids;               // per node of `graph` (kNoNode: internal)
+  std::vector<std::string> dim_names;             // sorted
+  std::unordered_map<NodeId, NodeId> program_of;  // external id -> node of `graph`
+};
+RunnableProgram runnable_program(const Graph& program, const std::vector<NodeId>& external_ids);
 
 // The region a program node computes, as text: a Fused op carries one; any other op that
 // runs as a kernel is a region of that op alone (an Output is a copy through its view).
