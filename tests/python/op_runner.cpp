@@ -1,9 +1,11 @@
 // luminal_op_runner: runs a batch of single-op test cases on the ReferenceRuntime.
 //
-//   luminal_op_runner [--search] [--cpu] cases.json inputs.safetensors outputs.safetensors
+//   luminal_op_runner [--search] [--backend cpu|cuda]... cases.json inputs.safetensors outputs.safetensors
 //
-// --cpu also compiles every case for the CPU backend (no search: its rules and the first
-// candidate) and writes its output k as "<id>.cpu.<k>", or reports {"id", "cpu_error"}.
+// --backend B also compiles every case for backend B (no search: its rules and the first
+// candidate) and writes its output k as "<id>.<B>.<k>", or reports
+// {"id", "backend": B, "backend_error": message}. --cpu is --backend cpu. A backend this
+// build lacks, or one that is unavailable here (no GPU), is an error at start.
 //
 // cases.json is a list of cases:
 //   {"id": "add.f32.bcast", "op": "add",
@@ -28,8 +30,13 @@
 
 #include <nlohmann/json.hpp>
 
-#include "luminal/cpu/cpu_runtime.hpp"
 #include "luminal/luminal.hpp"
+#ifdef LUMINAL_OP_RUNNER_CPU
+#include "luminal/cpu/cpu_runtime.hpp"
+#endif
+#ifdef LUMINAL_OP_RUNNER_CUDA
+#include "luminal_cuda/cuda_runtime.hpp"
+#endif
 #include "luminal/safetensors.hpp"
 
 using json = nlohmann::json;
@@ -38,12 +45,26 @@ using namespace luminal;
 namespace {
 
 bool g_search = false;  // --search: compile with the default CompileOptions
-bool g_cpu = false;     // --cpu: run every case on the CPU backend as well
-// The CPU runtime every case's runtime is a fresh() copy of: compiled kernels are shared
-// in memory across cases (and cached on disk across runs).
-cpu::CpuRuntime& cpu_prototype() {
-  static cpu::CpuRuntime proto;
-  return proto;
+// --backend B: every case also runs on these backends. Each case's runtime is a fresh()
+// copy of the backend's prototype: compiled kernels are shared in memory across cases
+// (and cached on disk across runs).
+std::vector<std::pair<std::string, std::unique_ptr<Runtime>>> g_backends;
+
+std::unique_ptr<Runtime> make_backend(const std::string& name) {
+#ifdef LUMINAL_OP_RUNNER_CPU
+  if (name == "cpu") return std::make_unique<cpu::CpuRuntime>();
+#endif
+#ifdef LUMINAL_OP_RUNNER_CUDA
+  if (name == "cuda") return std::make_unique<cuda::CudaRuntime>();
+#endif
+  fail("--backend ", name, ": this build of luminal_op_runner has no such backend (built with:",
+#ifdef LUMINAL_OP_RUNNER_CPU
+       " cpu",
+#endif
+#ifdef LUMINAL_OP_RUNNER_CUDA
+       " cuda",
+#endif
+       ")");
 }
 Graph* g_graph = nullptr;  // the graph of the case being built (ops without inputs create in it)
 Graph* current_graph() { return g_graph; }
@@ -530,17 +551,17 @@ std::vector<std::pair<std::string, HostTensor>> run_case(const json& c, const Sa
     }
   };
   collect(rt, id + ".");
-  if (g_cpu) {
+  for (const auto& [backend, prototype] : g_backends) {
     try {
-      std::unique_ptr<Runtime> cpu = cpu_prototype().fresh();
-      CompileOptions cpu_options;
-      cpu_options.search_graph_limit(1).trials(1);
-      cx.compile_into(*cpu, cpu_options);
-      for (auto& [x, name] : sources) cpu->set_data(x, inputs.read(name));
-      cpu->execute(dims);
-      collect(*cpu, id + ".cpu.");
+      std::unique_ptr<Runtime> rt_b = prototype->fresh();
+      CompileOptions first_candidate;
+      first_candidate.search_graph_limit(1).trials(1);
+      cx.compile_into(*rt_b, first_candidate);
+      for (auto& [x, name] : sources) rt_b->set_data(x, inputs.read(name));
+      rt_b->execute(dims);
+      collect(*rt_b, id + "." + backend + ".");
     } catch (const std::exception& e) {
-      std::cout << json{{"id", id}, {"cpu_error", e.what()}}.dump() << std::endl;
+      std::cout << json{{"id", id}, {"backend", backend}, {"backend_error", e.what()}}.dump() << std::endl;
     }
   }
   return result;
@@ -550,12 +571,32 @@ std::vector<std::pair<std::string, HostTensor>> run_case(const json& c, const Sa
 
 int main(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
-  while (!args.empty() && (args[0] == "--search" || args[0] == "--cpu")) {
-    (args[0] == "--search" ? g_search : g_cpu) = true;
-    args.erase(args.begin());
+  const char* usage =
+      "usage: luminal_op_runner [--search] [--backend cpu|cuda]... cases.json inputs.safetensors outputs.safetensors\n";
+  try {
+    while (!args.empty() && (args[0] == "--search" || args[0] == "--cpu" || args[0] == "--backend")) {
+      if (args[0] == "--search") {
+        g_search = true;
+      } else {
+        std::string name = "cpu";
+        if (args[0] == "--backend") {
+          if (args.size() < 2) {
+            std::cerr << usage;
+            return 2;
+          }
+          name = args[1];
+          args.erase(args.begin());
+        }
+        g_backends.emplace_back(name, make_backend(name));
+      }
+      args.erase(args.begin());
+    }
+  } catch (const std::exception& e) {
+    std::cerr << "luminal_op_runner: " << e.what() << "\n";
+    return 2;
   }
   if (args.size() != 3) {
-    std::cerr << "usage: luminal_op_runner [--search] [--cpu] cases.json inputs.safetensors outputs.safetensors\n";
+    std::cerr << usage;
     return 2;
   }
   json cases;
@@ -568,6 +609,9 @@ int main(int argc, char** argv) {
     f >> cases;
   }
   SafetensorsFile inputs = SafetensorsFile::open(args[1]);
+  json backend_names = json::array();
+  for (const auto& b : g_backends) backend_names.push_back(b.first);
+  std::cout << json{{"backends", backend_names}}.dump() << std::endl;
   std::map<std::string, HostTensor> outputs;
   int ok = 0, failed = 0;
   for (const auto& c : cases) {

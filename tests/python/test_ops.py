@@ -34,9 +34,13 @@ from safetensors.torch import load_file, save_file
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 BIN_DIR = Path(os.environ.get("LUMINAL_BIN_DIR", REPO_ROOT / "build" / "release"))
-# LUMINAL_OPS_CPU=1: every case also runs on the CPU backend, compared with the reference
-# runtime (test_op_cpu, and the CPU column of docs/ops.md).
-CPU = os.environ.get("LUMINAL_OPS_CPU") == "1"
+# LUMINAL_OPS_BACKENDS=cpu,cuda: every case also runs on these backends, compared with the
+# reference runtime (test_op_backend, and a column per backend in docs/ops.md).
+# LUMINAL_OPS_CPU=1 is LUMINAL_OPS_BACKENDS=cpu.
+KNOWN_BACKENDS = ["cpu", "cuda"]  # docs/ops.md has a column for each, "not run" when absent
+BACKENDS = [b for b in os.environ.get("LUMINAL_OPS_BACKENDS", "").split(",") if b]
+if os.environ.get("LUMINAL_OPS_CPU") == "1" and "cpu" not in BACKENDS:
+    BACKENDS.append("cpu")
 RUNNER = BIN_DIR / "luminal_op_runner"
 
 TD = {
@@ -84,8 +88,8 @@ class Case:
                 self.dims[name] = int(inp.t.shape[ax])
         self.result = None  # filled by the session fixture
         self.result_raw = None  # the reference runtime's outputs
-        self.cpu = None  # (outputs, error) of the CPU backend, with LUMINAL_OPS_CPU=1
-        self.cpu_result = None
+        self.backend_raw = {}  # backend -> (outputs, error), with LUMINAL_OPS_BACKENDS
+        self.backend_result = {}  # backend -> evaluate_backend(...)
 
     @property
     def dtype(self):  # the dtype(s) a case is about: the first part of its tag
@@ -1689,10 +1693,10 @@ def compare(got, exp, scale):
 
 
 def run_runner(cases, workdir: Path):
-    """Run the cases through luminal_op_runner: one process, or with the CPU backend (whose
-    cold kernel compiles dominate) LUMINAL_OPS_JOBS processes (default: one per core) on
+    """Run the cases through luminal_op_runner: one process, or with backends (whose cold
+    kernel compiles dominate) LUMINAL_OPS_JOBS processes (default: one per core) on
     interleaved slices. Returns {id: (outputs|None, error|None)}."""
-    jobs = int(os.environ.get("LUMINAL_OPS_JOBS", os.cpu_count() or 1)) if CPU else 1
+    jobs = int(os.environ.get("LUMINAL_OPS_JOBS", os.cpu_count() or 1)) if BACKENDS else 1
     jobs = max(1, min(jobs, len(cases)))
     if jobs == 1:
         return run_runner_process(cases, workdir)
@@ -1716,13 +1720,15 @@ def save_inputs(cases, path: Path):
     save_file(tensors, str(path))
 
 
-def export_cases(out_dir: Path, jobs: int):
+def export_cases(out_dir: Path, jobs: int, ops=None):
     """Write the cases for runner processes elsewhere (a machine with more cores): job<j>/
     holds cases.json and inputs.safetensors of every jobs-th case. Run there
-    `luminal_op_runner --search --cpu cases.json inputs.safetensors outputs.safetensors >
-    stdout.txt` in each job dir, bring the dirs back, and replay them with
-    LUMINAL_OPS_PRECOMPUTED=<dir>."""
+    `luminal_op_runner --search --backend cuda cases.json inputs.safetensors
+    outputs.safetensors > stdout.txt` in each job dir, bring the dirs back, and replay them
+    with LUMINAL_OPS_PRECOMPUTED=<dir>[:<dir>...] (several runs, e.g. one per backend, merge)."""
     cases = ALL_CASES  # the cases pytest generates (the generator is seeded once, at import)
+    if ops:
+        cases = [c for c in cases if c.op in ops]
     for j in range(jobs):
         d = out_dir / f"job{j}"
         d.mkdir(parents=True, exist_ok=True)
@@ -1732,7 +1738,7 @@ def export_cases(out_dir: Path, jobs: int):
 
 
 def parse_runner_stdout(text: str):
-    started, errors, shapes, cpu_errors = None, {}, {}, {}
+    started, errors, shapes, backend_errors = None, {}, {}, {}
     for line in text.splitlines():
         try:
             msg = json.loads(line)
@@ -1740,16 +1746,18 @@ def parse_runner_stdout(text: str):
             continue
         if "start" in msg:
             started = msg["start"]
-        elif "cpu_error" in msg:
-            cpu_errors[msg["id"]] = msg["cpu_error"]
+        elif "backends" in msg:
+            backend_errors.setdefault(("", "*"), set()).update(msg["backends"])
+        elif "backend_error" in msg:
+            backend_errors[(msg["id"], msg["backend"])] = msg["backend_error"]
         elif "error" in msg:
             errors[msg["id"]] = msg["error"]
         elif "shapes" in msg:
             shapes[msg["id"]] = msg["shapes"]
-    return started, errors, shapes, cpu_errors
+    return started, errors, shapes, backend_errors
 
 
-def collect_results(cases, outs, errors, shapes, cpu_errors, crashed):
+def collect_results(cases, outs, errors, shapes, backend_errors, crashed, backends):
     results = {}
     for c in cases:
         if c.id in crashed:
@@ -1759,28 +1767,33 @@ def collect_results(cases, outs, errors, shapes, cpu_errors, crashed):
         elif c.id not in shapes:
             results[c.id] = (None, "no result (the runner did not finish this case)")
         else:
-            k, got, cpu_got = 0, [], []
+            k, got, backend_got = 0, [], {b: [] for b in backends}
             while f"{c.id}.{k}" in outs:
                 got.append(outs[f"{c.id}.{k}"].reshape(shapes[c.id][k]))
-                if f"{c.id}.cpu.{k}" in outs:
-                    cpu_got.append(outs[f"{c.id}.cpu.{k}"].reshape(shapes[c.id][k]))
+                for b in backends:
+                    if f"{c.id}.{b}.{k}" in outs:
+                        backend_got[b].append(outs[f"{c.id}.{b}.{k}"].reshape(shapes[c.id][k]))
                 k += 1
             results[c.id] = (got, None)
-            if CPU:
-                c.cpu = (cpu_got, cpu_errors.get(c.id))
+            for b in backends:
+                c.backend_raw[b] = (backend_got[b], backend_errors.get((c.id, b)))
     return results
 
 
-def replay_precomputed(cases, root: Path):
-    """Results of runner processes run elsewhere (export_cases)."""
-    outs, errors, shapes, cpu_errors = {}, {}, {}, {}
-    for d in sorted(root.glob("job*")):
-        _, e, sh, ce = parse_runner_stdout((d / "stdout.txt").read_text())
-        errors.update(e)
-        shapes.update(sh)
-        cpu_errors.update(ce)
-        outs.update(load_file(str(d / "outputs.safetensors")))
-    return collect_results(cases, outs, errors, shapes, cpu_errors, {})
+def replay_precomputed(cases, roots):
+    """Results of runner processes run elsewhere (export_cases): every job dir of every root.
+    The backends are those the runs reported (an output or an error named for them)."""
+    outs, errors, shapes, backend_errors = {}, {}, {}, {}
+    for root in roots:
+        for d in sorted(Path(root).glob("job*")):
+            _, e, sh, be = parse_runner_stdout((d / "stdout.txt").read_text())
+            errors.update(e)
+            shapes.update(sh)
+            backend_errors.update(be)
+            outs.update(load_file(str(d / "outputs.safetensors")))
+    found = backend_errors.pop(("", "*"), set())  # the runner's {"backends": [...]} lines
+    backends = [b for b in KNOWN_BACKENDS if b in found] + sorted(found - set(KNOWN_BACKENDS))
+    return collect_results(cases, outs, errors, shapes, backend_errors, {}, backends), backends
 
 
 def run_runner_process(cases, workdir: Path):
@@ -1796,10 +1809,11 @@ def run_runner_process(cases, workdir: Path):
         out_path = workdir / "outputs.safetensors"
         cases_path.write_text(json.dumps([c.to_json() for c in todo]))
         search = [] if os.environ.get("LUMINAL_OPS_SEARCH") == "0" else ["--search"]
-        cpu = ["--cpu"] if CPU else []
-        p = subprocess.run([str(RUNNER), *search, *cpu, str(cases_path), str(inputs_path), str(out_path)],
+        backends = [a for b in BACKENDS for a in ("--backend", b)]
+        p = subprocess.run([str(RUNNER), *search, *backends, str(cases_path), str(inputs_path), str(out_path)],
                            capture_output=True, text=True, timeout=3600)
-        started, errors, shapes, cpu_errors = parse_runner_stdout(p.stdout)
+        started, errors, shapes, backend_errors = parse_runner_stdout(p.stdout)
+        backend_errors.pop(("", "*"), None)
         if p.returncode != 0:
             if started is None or started in crashed:
                 raise RuntimeError(f"luminal_op_runner failed (rc {p.returncode}):\n{p.stderr[-3000:]}")
@@ -1807,20 +1821,22 @@ def run_runner_process(cases, workdir: Path):
             continue
         outs = load_file(str(out_path))
         break
-    return collect_results(cases, outs, errors, shapes, cpu_errors, crashed)
+    return collect_results(cases, outs, errors, shapes, backend_errors, crashed, BACKENDS)
 
 
-def evaluate_cpu(c: Case):
-    """The CPU backend's outputs against the reference runtime's (same tolerances)."""
-    cpu_got, cpu_error = c.cpu
+def evaluate_backend(c: Case, backend: str):
+    """A backend's outputs against the reference runtime's (same tolerances)."""
+    if backend not in c.backend_raw:
+        return {"ok": False, "msg": "not run on this backend"}
+    got, error = c.backend_raw[backend]
     if c.result_raw is None:
         return {"ok": False, "msg": "no reference result"}
-    if cpu_error is not None:
-        return {"ok": False, "msg": f"error: {cpu_error}"}
-    if len(cpu_got) != len(c.result_raw):
-        return {"ok": False, "msg": f"{len(cpu_got)} outputs, the reference has {len(c.result_raw)}"}
+    if error is not None:
+        return {"ok": False, "msg": f"error: {error}"}
+    if len(got) != len(c.result_raw):
+        return {"ok": False, "msg": f"{len(got)} outputs, the reference has {len(c.result_raw)}"}
     msgs = []
-    for k, (g, e) in enumerate(zip(cpu_got, c.result_raw)):
+    for k, (g, e) in enumerate(zip(got, c.result_raw)):
         ok, _, msg = compare(g, e, c.tol_scale)
         if not ok:
             msgs.append(f"output {k}: {msg}")
@@ -1872,9 +1888,12 @@ NOTES = """\
 * Random ops (`rand`, `randn`, `dropout_stats`) cannot match torch's generator: their cases
   compare statistics (mean, variance, lag-1 correlation, determinism per seed, range) with
   their expected values.
-* The CPU backend column (LUMINAL_OPS_CPU=1): every case also compiled for the CPU backend
-  (its rules, first candidate, no search) and compared with the reference runtime's
-  result, with the same tolerances.
+* The backend columns (LUMINAL_OPS_BACKENDS=cpu,cuda): every case also compiled for the
+  backend (its rules, first candidate, no search) and compared with the reference
+  runtime's result, with the same tolerances. The CUDA column comes from the GPU machine:
+  the cases are exported (`python tests/python/test_ops.py --export DIR --jobs N`), run
+  there by `luminal_op_runner --search --backend cuda` (`scripts/gpu`, stage "ops"), and
+  replayed here with `LUMINAL_OPS_PRECOMPUTED=DIR_CPU:DIR_CUDA`.
 
 ## Intended differences from PyTorch
 
@@ -1892,7 +1911,7 @@ NOTES = """\
 """
 
 
-def write_ops_md(cases):
+def write_ops_md(cases, backends):
     groups = defaultdict(list)
     for c in cases:
         groups[c.op].append(c)
@@ -1901,8 +1920,9 @@ def write_ops_md(cases):
              "a row passes when every case of that op matches torch.", "",
              f"**{sum(c.result['ok'] for c in cases)} / {len(cases)} cases pass; "
              f"{sum(all(c.result['ok'] for c in g) for g in groups.values())} / {len(groups)} ops fully pass.**", "",
-             "| op | dtypes | cases | tested | status | max error (abs; rel where abs(torch) > 1) | CPU backend |",
-             "|---|---|---|---|---|---|---|"]
+             "| op | dtypes | cases | tested | status | max error (abs; rel where abs(torch) > 1) | "
+             + " | ".join(f"{b.upper()} backend" for b in KNOWN_BACKENDS) + " |",
+             "|---|---|---|---|---|---|" + "---|" * len(KNOWN_BACKENDS)]
     for op, cs in groups.items():
         dts = []
         for c in cs:
@@ -1920,12 +1940,14 @@ def write_ops_md(cases):
             if c.result["err"] != math.inf:
                 errs[c.dtype] = max(errs[c.dtype], c.result["err"])
         err = ", ".join(f"{d} {e:.1e}" for d, e in errs.items() if e > 0) or "0"
-        if CPU:
-            n_cpu = sum(c.cpu_result["ok"] for c in cs)
-            cpu = "pass" if n_cpu == len(cs) else f"**FAIL** ({len(cs) - n_cpu}/{len(cs)})"
-        else:
-            cpu = "not run"
-        lines.append(f"| `{op}` | {' '.join(dts)} | {len(cs)} | {tested} | {status} | {err} | {cpu} |")
+        columns = []
+        for b in KNOWN_BACKENDS:
+            if b in backends:
+                n_b = sum(c.backend_result[b]["ok"] for c in cs)
+                columns.append("pass" if n_b == len(cs) else f"**FAIL** ({len(cs) - n_b}/{len(cs)})")
+            else:
+                columns.append("not run")
+        lines.append(f"| `{op}` | {' '.join(dts)} | {len(cs)} | {tested} | {status} | {err} | {' | '.join(columns)} |")
     lines += ["", NOTES, "## Failing cases", ""]
     failing = [c for c in cases if not c.result["ok"]]
     if not failing:
@@ -1933,15 +1955,16 @@ def write_ops_md(cases):
     for c in failing:
         msg = c.result["msg"].replace("|", "\\|").replace("\n", " ")
         lines.append(f"* `{c.id}`: {msg[:400]}")
-    lines += ["", "## Failing cases on the CPU backend", ""]
-    if not CPU:
-        lines.append("Not run (LUMINAL_OPS_CPU=1 runs every case on the CPU backend too).")
-    else:
-        failing = [c for c in cases if not c.cpu_result["ok"]]
+    for b in KNOWN_BACKENDS:
+        lines += ["", f"## Failing cases on the {b.upper()} backend", ""]
+        if b not in backends:
+            lines.append(f"Not run (LUMINAL_OPS_BACKENDS={b} runs every case on this backend too).")
+            continue
+        failing = [c for c in cases if not c.backend_result[b]["ok"]]
         if not failing:
             lines.append("None.")
         for c in failing:
-            msg = c.cpu_result["msg"].replace("|", "\\|").replace("\n", " ")
+            msg = c.backend_result[b]["msg"].replace("|", "\\|").replace("\n", " ")
             lines.append(f"* `{c.id}`: {msg[:400]}")
     (REPO_ROOT / "docs").mkdir(exist_ok=True)
     (REPO_ROOT / "docs" / "ops.md").write_text("\n".join(lines) + "\n")
@@ -1960,10 +1983,11 @@ def parity_results(request):
         pytest.fail(f"{RUNNER} not found: build it (cmake --build build/release) or set LUMINAL_BIN_DIR")
     # Only the ops pytest selected (-k), unless docs/ops.md is being written.
     selected = {item.callspec.params["op"] for item in request.session.items
-                if getattr(item, "function", None) in (test_op, test_op_cpu)}
+                if getattr(item, "function", None) in (test_op, test_op_backend)}
     cases = ALL_CASES if os.environ.get("LUMINAL_WRITE_OPS_MD") == "1" else [c for c in ALL_CASES if c.op in selected]
+    backends = BACKENDS
     if os.environ.get("LUMINAL_OPS_PRECOMPUTED"):
-        raw = replay_precomputed(cases, Path(os.environ["LUMINAL_OPS_PRECOMPUTED"]))
+        raw, backends = replay_precomputed(cases, os.environ["LUMINAL_OPS_PRECOMPUTED"].split(os.pathsep))
     else:
         with tempfile.TemporaryDirectory() as d:
             raw = run_runner(cases, Path(d))
@@ -1971,20 +1995,23 @@ def parity_results(request):
         got, error = raw[c.id]
         c.result = evaluate(c, got, error)
         c.result_raw = got
-        if CPU:
-            c.cpu_result = evaluate_cpu(c)
+        for b in backends:
+            c.backend_result[b] = evaluate_backend(c, b)
     if os.environ.get("LUMINAL_WRITE_OPS_MD") == "1":
-        write_ops_md(ALL_CASES)
+        write_ops_md(ALL_CASES, backends)
     return {c.id: c.result for c in cases}
 
 
+@pytest.mark.parametrize("backend", BACKENDS or ["cpu"])
 @pytest.mark.parametrize("op", OPS)
-def test_op_cpu(op, parity_results):
-    if not CPU:
-        pytest.skip("set LUMINAL_OPS_CPU=1 to run the op-parity cases on the CPU backend too")
+def test_op_backend(op, backend, parity_results):
+    if backend not in BACKENDS:
+        pytest.skip("set LUMINAL_OPS_BACKENDS=cpu (or cuda, on a GPU) to run the op-parity cases on a backend too")
     cases = [c for c in ALL_CASES if c.op == op]
-    failures = [f"  {c.id}: {c.cpu_result['msg']}" for c in cases if not c.cpu_result["ok"]]
-    assert not failures, f"{op}: {len(failures)}/{len(cases)} cases differ on the CPU backend:\n" + "\n".join(failures)
+    if not any(backend in c.backend_result for c in cases):
+        pytest.skip(f"no {backend} results (LUMINAL_OPS_PRECOMPUTED without them)")
+    failures = [f"  {c.id}: {c.backend_result[backend]['msg']}" for c in cases if not c.backend_result[backend]["ok"]]
+    assert not failures, f"{op}: {len(failures)}/{len(cases)} cases differ on the {backend} backend:\n" + "\n".join(failures)
 
 
 @pytest.mark.parametrize("op", OPS)
@@ -2000,5 +2027,6 @@ if __name__ == "__main__":
     ap = argparse.ArgumentParser(description="export the op-parity cases for runner processes elsewhere")
     ap.add_argument("--export", type=Path, required=True)
     ap.add_argument("--jobs", type=int, default=1)
+    ap.add_argument("--ops", default="", help="comma-separated ops (default: every case)")
     a = ap.parse_args()
-    export_cases(a.export, a.jobs)
+    export_cases(a.export, a.jobs, set(filter(None, a.ops.split(","))))
