@@ -303,9 +303,11 @@ class Emitter {
     if (k_.geometry == Geometry::SingleBlock) {
       line("if (begin >= end) return;");
       for (const auto& p : k_.phases) {
+        if (p.copies_input >= 0) open(unless_in_place(p));
         open("for (long long row = 0; row < " + expr(p.rows) + "; ++row) {");
         phase_body(p);
         close();
+        if (p.copies_input >= 0) close();
       }
     } else {
       // Elementwise rows are independent (one element each): a SIMD loop.
@@ -341,13 +343,22 @@ class Emitter {
       case Geometry::SingleBlock:
         for (size_t i = 0; i < k_.phases.size(); ++i) {
           if (i) line("__syncthreads();");
+          if (k_.phases[i].copies_input >= 0) open(unless_in_place(k_.phases[i]));
           open("for (long long row = threadIdx.x; row < " + expr(k_.phases[i].rows) + "; row += blockDim.x) {");
           phase_body(k_.phases[i]);
           close();
+          if (k_.phases[i].copies_input >= 0) close();
         }
         break;
     }
     os_ << "}\n";
+  }
+
+  // A phase that copies an input whole into the output is void when they are one buffer
+  // (a scatter run in place).
+  std::string unless_in_place(const Phase& p) const {
+    return "if ((const void*)" + buffer_name(k_.output_slot()) + " != (const void*)" +
+           buffer_name(static_cast<size_t>(p.copies_input)) + ") {";
   }
 
   bool lanes() const { return d_.lanes && k_.geometry == Geometry::WarpPerRow; }

@@ -83,6 +83,10 @@ class Lowerer {
         st.index = row;
         st.args = {input_value(scatter, 0, row, 1)};
         phases[0].rows = product(n.shape);
+        const NodeInput& dest = n.inputs[0];
+        if (g_.node(dest.node).op == OpKind::Input && g_.node(dest.node).dtype == n.dtype &&
+            dest.view.is_contiguous() && dest.view.shape() == n.shape)
+          phases[0].copies_input = slot_.at(dest.node);
       } else {
         int target = input_value(scatter, 1, row, 1);
         int bound = emit_bound(target, n, n.shape, n.inputs[1].view.shape(), row, 1, KernelError::ScatterOutOfRange);

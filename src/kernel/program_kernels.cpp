@@ -31,6 +31,31 @@ RunnableProgram runnable_program(const Graph& program, const std::vector<NodeId>
   return r;
 }
 
+std::optional<InPlaceUpdate> in_place_update(const Graph& g, NodeId node, const Kernel& k) {
+  if (k.phases.size() != 2 || k.phases[0].copies_input < 0) return std::nullopt;
+  const Node& s = g.node(node);
+  const NodeInput& dest = s.inputs.at(static_cast<size_t>(k.phases[0].copies_input));
+  const Node& state = g.node(dest.node);
+  if (state.op != OpKind::Input || !state.persist || state.dtype != s.dtype || !dest.view.is_contiguous() ||
+      dest.view.shape() != state.shape || state.shape != s.shape)
+    return std::nullopt;
+  InPlaceUpdate u{node, dest.node, kNoNode};
+  size_t readers = 0;
+  for (NodeId i = 0; i < g.size(); ++i) {
+    const Node& n = g.node(i);
+    for (const auto& in : n.inputs) readers += in.node == dest.node;
+    if (n.op == OpKind::Output && n.updates == dest.node) {
+      if (n.inputs[0].node != node || !n.inputs[0].view.is_contiguous() || n.inputs[0].view.shape() != s.shape ||
+          n.dtype != s.dtype)
+        return std::nullopt;
+      u.output = i;
+    }
+  }
+  // Another reader would see the new rows (or race them): not in place.
+  if (readers != 1 || u.output == kNoNode) return std::nullopt;
+  return u;
+}
+
 std::optional<std::string> node_region_text(const Graph& g, const Node& n, std::string_view backend) {
   if (n.op == OpKind::BackendOp) {
     if (n.backend->name == "Fused") return n.backend->str(0);

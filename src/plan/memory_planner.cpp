@@ -145,7 +145,8 @@ MemoryPlan pack(std::span<const BufferUse> buffers, int64_t alignment) {
 }
 
 ProgramBuffers program_buffers(const Graph& program, const DimMap& upper_dims,
-                               const std::function<bool(NodeId)>& needs_buffer, const InPlace& in_place) {
+                               const std::function<bool(NodeId)>& needs_buffer, const InPlace& in_place,
+                               const std::function<bool(NodeId)>& lives_elsewhere) {
   const size_t n = program.size();
   LUMINAL_CHECK(n <= size_t{std::numeric_limits<int32_t>::max()}, "memory planner: program too large (", n,
                 " nodes)");
@@ -161,12 +162,18 @@ ProgramBuffers program_buffers(const Graph& program, const DimMap& upper_dims,
     const OpKind op = program.node(id).op;
     in_arena[id] = op == OpKind::Output || (op != OpKind::Input && needs_buffer(id));
   }
+  std::vector<bool> elsewhere(n, false);
+  if (lives_elsewhere)
+    for (NodeId id = 0; id < n; ++id) {
+      elsewhere[id] = program.node(id).op != OpKind::Input && lives_elsewhere(id);
+      if (elsewhere[id]) in_arena[id] = false;
+    }
   // runs_at[c]: the step at which node c is actually computed. A node with its own
   // buffer runs at its own step; a fused node runs inside its latest consumer.
   std::vector<int32_t> runs_at(n);
   for (size_t k = n; k-- > 0;) {
     int32_t step = static_cast<int32_t>(k);
-    if (!in_arena[k]) {
+    if (!in_arena[k] && !elsewhere[k]) {
       for (NodeId c : consumers[k]) step = std::max(step, runs_at[c]);
     }
     runs_at[k] = step;

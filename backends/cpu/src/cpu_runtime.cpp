@@ -155,6 +155,10 @@ struct ProgramPlan {
   std::vector<plan::BufferUse> planned_uses;
   plan::MemoryPlan arena;
   std::vector<std::string> dim_names;  // every dim the program mentions, sorted
+  // State updates run in place (KV-cache appends): the scatter writes into the state's
+  // buffer and its update Output is void (kernel::in_place_update).
+  std::vector<kernel::InPlaceUpdate> in_place;
+  std::vector<char> in_place_output;  // per node: an update Output made void
 };
 
 }  // namespace
@@ -293,7 +297,11 @@ void CpuRuntime::load_program(size_t slot, const Graph& program, std::vector<Nod
     for (int o = 0; o < 2; ++o)
       if (!step.copy_region[o].empty()) step.copy_kernel[o] = s.shared->get(step.copy_region[o]);
     for (const auto& r : step.custom_copy_regions) step.custom_copies.push_back(r.empty() ? nullptr : s.shared->get(r));
+    if (step.kind == StepKind::Kernel)
+      if (auto u = kernel::in_place_update(p.graph, step.node, step.kernel->kernel)) p.in_place.push_back(*u);
   }
+  p.in_place_output.assign(p.graph.size(), 0);
+  for (const auto& u : p.in_place) p.in_place_output[u.output] = 1;
   s.slots[slot] = std::move(p);
 }
 
@@ -345,8 +353,10 @@ void CpuRuntime::run(size_t slot, const DimMap& dims) {
     ptr[i] = it->second.bytes.data();
   }
   // Everything else lives in the arena.
-  auto needs_buffer = [&](NodeId id) { return g.node(id).op != OpKind::Input; };
-  plan::ProgramBuffers now = plan::program_buffers(g, dims, needs_buffer);
+  std::vector<char> elsewhere(g.size(), 0);  // in-place scatters and their Outputs: in the state
+  for (const auto& u : p.in_place) elsewhere[u.scatter] = elsewhere[u.output] = 1;
+  auto needs_buffer = [&](NodeId id) { return g.node(id).op != OpKind::Input && !elsewhere[id]; };
+  plan::ProgramBuffers now = plan::program_buffers(g, dims, needs_buffer, {}, [&](NodeId id) { return elsewhere[id] != 0; });
   bool fits = p.planned_uses.size() == now.uses.size();
   for (size_t i = 0; fits && i < now.uses.size(); ++i) fits = now.uses[i].bytes <= p.planned_uses[i].bytes;
   if (!fits) {
@@ -362,7 +372,8 @@ void CpuRuntime::run(size_t slot, const DimMap& dims) {
   if (static_cast<int64_t>(s.arena.size()) < arena.arena_bytes) s.arena.resize(static_cast<size_t>(arena.arena_bytes));
   s.last_arena = arena.arena_bytes;
   for (NodeId i = 0; i < g.size(); ++i)
-    if (g.node(i).op != OpKind::Input) ptr[i] = s.arena.data() + arena.offsets[i];
+    if (needs_buffer(i)) ptr[i] = s.arena.data() + arena.offsets[i];
+  for (const auto& u : p.in_place) ptr[u.scatter] = ptr[u.output] = ptr[u.state];
 
   ThreadPool& pool = ThreadPool::global();
   std::vector<int64_t> dim_values;
@@ -417,6 +428,7 @@ void CpuRuntime::run(size_t slot, const DimMap& dims) {
     } timer{s, step, n, step_start};
     switch (step.kind) {
       case StepKind::Kernel:
+        if (p.in_place_output[step.node]) break;  // the scatter wrote the state in place
         if (n.op == OpKind::Output && n.inputs[0].view.is_contiguous() &&
             n.inputs[0].view.shape() == g.node(n.inputs[0].node).shape && g.node(n.inputs[0].node).dtype == n.dtype) {
           // An output that reads its producer whole: copied once, straight to the user's
@@ -516,6 +528,7 @@ void CpuRuntime::run(size_t slot, const DimMap& dims) {
   for (NodeId i = 0; i < g.size(); ++i) {
     const Node& n = g.node(i);
     if (n.op != OpKind::Output) continue;
+    if (p.in_place_output[i] && p.external_ids[i] == kNoNode) continue;  // already in its state
     HostTensor t;  // one copy out of the arena (no zero fill first)
     if (auto it = read_out.find(i); it != read_out.end()) {
       t = std::move(it->second);
@@ -523,7 +536,7 @@ void CpuRuntime::run(size_t slot, const DimMap& dims) {
       t.dtype = n.dtype;
       t.bytes.assign(ptr[i], ptr[i] + static_cast<size_t>(product(n.shape).eval(dims)) * dtype_bytes(n.dtype));
     }
-    if (n.updates != kNoNode) results.emplace_back(p.external_ids[n.updates], t);
+    if (n.updates != kNoNode && !p.in_place_output[i]) results.emplace_back(p.external_ids[n.updates], t);
     if (p.external_ids[i] != kNoNode) results.emplace_back(p.external_ids[i], std::move(t));
   }
   for (NodeId i = 0; i < g.size(); ++i)

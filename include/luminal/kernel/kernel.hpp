@@ -98,6 +98,10 @@ struct Phase {
   // expensive value (exp2, log2, sin) a row reduction computes for every column is kept
   // for the column loop instead of being computed again.
   std::vector<DType> scratch;
+  // A Scatter's first phase copies its destination, input buffer `copies_input`, whole
+  // and unchanged into the output: when a runtime runs the scatter in place (the output
+  // buffer is that input's, a KV cache), the phase is skipped (-1: never skipped).
+  int copies_input = -1;
 };
 
 enum class Geometry : uint8_t {

@@ -26,6 +26,19 @@ struct RunnableProgram {
 };
 RunnableProgram runnable_program(const Graph& program, const std::vector<NodeId>& external_ids);
 
+struct Kernel;
+
+// A state update run in place: node `scatter` (its kernel `k` copies input `state` whole,
+// then writes rows) produces the new value of persisted input `state`, which the update
+// Output `output` would copy back. When nothing else reads `state`, the runtime may make
+// the scatter's output buffer the state's own: the copy phase is then skipped (the kernel
+// checks), only the new rows are written, and the Output's copy back is void. A KV-cache
+// append then moves the appended rows instead of the whole cache twice.
+struct InPlaceUpdate {
+  NodeId scatter = kNoNode, state = kNoNode, output = kNoNode;
+};
+std::optional<InPlaceUpdate> in_place_update(const Graph& g, NodeId node, const Kernel& k);
+
 // The region a program node computes, as text: a Fused op carries one; any other op that
 // runs as a kernel is a region of that op alone (an Output is a copy through its view).
 // nullopt for Input, CustomOp and other backend ops. `backend` names the caller in errors.

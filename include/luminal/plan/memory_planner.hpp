@@ -68,9 +68,12 @@ using InPlace = std::function<bool(NodeId node, NodeId input)>;
 // its consumers (fused), so its own inputs are read when those consumers run: reads
 // through it count at its consumers' steps. Sizes are dtype bytes x numel with every
 // symbolic dim evaluated at `upper_dims`; a dim missing there throws luminal::Error.
-// With `in_place`, a node may take over an input's buffer (BufferUse::alias_of).
+// With `in_place`, a node may take over an input's buffer (BufferUse::alias_of). Nodes for
+// which `lives_elsewhere` holds (Outputs included) run at their own step but own no arena
+// buffer: their value is written in a buffer outside it (a state updated in place).
 ProgramBuffers program_buffers(const Graph& program, const DimMap& upper_dims,
-                               const std::function<bool(NodeId)>& needs_buffer, const InPlace& in_place = {});
+                               const std::function<bool(NodeId)>& needs_buffer, const InPlace& in_place = {},
+                               const std::function<bool(NodeId)>& lives_elsewhere = {});
 
 // pack(program_buffers(...)), with offsets indexed by NodeId (kNotInArena for nodes
 // outside the arena).
