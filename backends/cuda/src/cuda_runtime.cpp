@@ -325,6 +325,10 @@ struct ProgramPlan {
   uint64_t arena_version = 0;
   std::unordered_map<NodeId, DeviceTensor> private_outputs;  // Outputs without an external id
   DeviceBuffer errors;                                       // one error record (kErrorWords int32) per step
+  // State updates run in place (KV-cache appends): the scatter writes into the state's
+  // buffer and its update Output is void (kernel::in_place_update).
+  std::vector<kernel::InPlaceUpdate> in_place;
+  std::vector<char> in_place_output;  // per node
   std::map<std::vector<int64_t>, std::unique_ptr<Resolved>> resolved;  // by dims
   uint64_t clock = 0;
   // Sizes by dims, evaluated once: a replayed decode step costs no expression evaluation.
@@ -516,7 +520,39 @@ void CudaRuntime::load_program(size_t slot, const luminal::Graph& program, std::
   }
   s.shared->compile(regions);
   for (size_t k = 0; k < p.steps.size(); ++k)
-    if (p.steps[k].kind == StepKind::Kernel) p.steps[k].kernel = s.shared->get(step_regions[k]);
+    if (p.steps[k].kind == StepKind::Kernel) {
+      p.steps[k].kernel = s.shared->get(step_regions[k]);
+      if (auto u = kernel::in_place_update(p.graph, p.steps[k].node, p.steps[k].kernel->kernel)) p.in_place.push_back(*u);
+    }
+  p.in_place_output.assign(p.graph.size(), 0);
+  for (const auto& u : p.in_place) p.in_place_output[u.output] = 1;
+  // A run is resolved (and captured) once per value of every dim a launch reads: not only
+  // those of node shapes, but those only an index expression names (a KV cache's write
+  // position), or a stale value would be replayed.
+  auto add_dims = [&](const Expression& e) {
+    for (const auto& v : e.variables())
+      if (v != Expression::kIndexName) p.dim_names.push_back(v);
+  };
+  for (const Step& step : p.steps) {
+    if (step.kernel)
+      for (const auto& d : step.kernel->kernel.dim_names) p.dim_names.push_back(d);
+    if (step.gemm) {
+      const GemmLayout& l = *step.gemm;
+      for (const Expression* e : {&l.batch, &l.m, &l.n, &l.k}) add_dims(*e);
+      for (const auto& e : l.outer) add_dims(e);
+      for (const GemmOperand* o : {&l.a, &l.b}) {
+        for (const Expression* e : {&o->offset, &o->row, &o->col, &o->batch}) add_dims(*e);
+        for (const auto& e : o->outer) add_dims(e);
+      }
+    }
+    for (const auto& in : p.graph.node(step.node).inputs) {  // views: operand copies read them
+      add_dims(in.view.index_expression());
+      add_dims(in.view.valid_expression());
+      for (const auto& d : in.view.shape()) add_dims(d);
+    }
+  }
+  std::sort(p.dim_names.begin(), p.dim_names.end());
+  p.dim_names.erase(std::unique(p.dim_names.begin(), p.dim_names.end()), p.dim_names.end());
   p.errors = DeviceBuffer(std::max<size_t>(16, p.steps.size() * kernel::kErrorWords * sizeof(int32_t)));
   s.slots[slot] = std::move(p);
 }
@@ -672,11 +708,14 @@ void CudaRuntime::run(size_t slot, const DimMap& dims) {
   }
   // Intermediates live in the arena, planned for the largest size each buffer has had
   // (dims already seen to fit the current plan skip the planner).
-  auto needs_buffer = [&](NodeId id) { return g.node(id).op != OpKind::Input; };
+  // In-place scatters and their update Outputs live in the state's buffer.
+  std::vector<char> elsewhere(g.size(), 0);
+  for (const auto& u : p.in_place) elsewhere[u.scatter] = elsewhere[u.output] = 1;
+  auto needs_buffer = [&](NodeId id) { return g.node(id).op != OpKind::Input && !elsewhere[id]; };
   plan::ProgramBuffers now;
   bool fits = info.fits_version == p.arena_version;
   if (!fits) {
-    now = plan::program_buffers(g, dims, needs_buffer);
+    now = plan::program_buffers(g, dims, needs_buffer, {}, [&](NodeId id) { return elsewhere[id] != 0; });
     fits = p.planned_uses.size() == now.uses.size();
     for (size_t i = 0; fits && i < now.uses.size(); ++i) fits = now.uses[i].bytes <= p.planned_uses[i].bytes;
   }
@@ -700,17 +739,25 @@ void CudaRuntime::run(size_t slot, const DimMap& dims) {
   for (NodeId i = 0; i < g.size(); ++i)
     if (g.node(i).op != OpKind::Input && p.arena.offsets[i] != plan::kNotInArena)
       ptr[i] = s.arena.ptr() + static_cast<DevicePtr>(p.arena.offsets[i]);
+  for (const auto& u : p.in_place) ptr[u.scatter] = ptr[u.output] = ptr[u.state];
   // Outputs are written straight into the user's buffers (kept from run to run).
-  std::vector<std::pair<NodeId, DeviceTensor*>> outputs;
+  struct OutputBuffer {
+    NodeId node;
+    DeviceTensor* tensor;
+    size_t bytes;
+  };
+  std::vector<OutputBuffer> outputs;
   size_t output_index = 0;
   for (NodeId i = 0; i < g.size(); ++i) {
     const Node& n = g.node(i);
     if (n.op != OpKind::Output) continue;
+    const size_t bytes = info.output_bytes[output_index++];
+    if (p.in_place_output[i] && p.external_ids[i] == kNoNode) continue;  // the state itself
     DeviceTensor& t = p.external_ids[i] != kNoNode ? s.data[p.external_ids[i]] : p.private_outputs[i];
-    t.reserve(info.output_bytes[output_index++]);
+    t.reserve(bytes);
     ptr[i] = t.ptr();
     bound.push_back(ptr[i]);
-    outputs.emplace_back(i, &t);
+    outputs.push_back({i, &t, bytes});
   }
   bound.push_back(s.arena.ptr());
   bound.push_back(static_cast<DevicePtr>(s.arena_version));
@@ -747,6 +794,7 @@ void CudaRuntime::run(size_t slot, const DimMap& dims) {
       for (const auto& in : n.inputs) ins.push_back(ptr[in.node]);
       switch (step.kind) {
         case StepKind::Kernel:
+          if (p.in_place_output[step.node] && ptr[step.node] == ptr[n.inputs[0].node]) break;  // void copy
           rs.add_kernel(step.kernel, ins, ptr[step.node], si, errors, what);
           break;
         case StepKind::Gemv:
@@ -941,9 +989,9 @@ void CudaRuntime::run(size_t slot, const DimMap& dims) {
       }
     }
     // State updates (KV caches, ...): the output's bytes land in the persisted input.
-    for (auto& [i, t] : outputs) {
+    for (auto& [i, t, bytes_] : outputs) {
       const Node& n = g.node(i);
-      if (n.updates == kNoNode) continue;
+      if (n.updates == kNoNode || p.in_place_output[i]) continue;
       auto it = s.data.find(p.external_ids[n.updates]);
       LUMINAL_CHECK(it != s.data.end(), "execute: state input of output '", n.label, "' has no data");
       const size_t bytes = static_cast<size_t>(product(n.shape).eval(dims)) * dtype_bytes(n.dtype);
@@ -1012,11 +1060,10 @@ void CudaRuntime::run(size_t slot, const DimMap& dims) {
   }
   // Outputs are readable; state updates landed in their inputs; inputs that do not
   // persist are consumed (their buffers are kept for the next run).
-  for (size_t o = 0; o < outputs.size(); ++o) {
-    auto& [i, t] = outputs[o];
+  for (auto& [i, t, bytes] : outputs) {
     const Node& n = g.node(i);
     t->dtype = n.dtype;
-    t->numel = info.output_bytes[o] / dtype_bytes(n.dtype);
+    t->numel = bytes / dtype_bytes(n.dtype);
     t->shape.clear();
     t->valid = true;
   }

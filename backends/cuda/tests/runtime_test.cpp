@@ -305,6 +305,54 @@ TEST(CudaRuntime, StateUpdatesStayOnTheDevice) {
   }
 }
 
+// A KV-cache append (scatter into a persisted cache, written back with Graph::update) runs
+// in place: no cache-sized buffer in the arena, and step after step the cache and the
+// reads of it match the reference. With a second reader of the old cache the update is
+// not in place, and still right.
+TEST(CudaRuntime, CacheAppendRunsInPlace) {
+  LUMINAL_REQUIRE_GPU();
+  for (bool second_reader : {false, true}) {
+    const int64_t max_seq = 64, heads = 3, dim = 5;
+    luminal::Graph cx;
+    Expression p = Expression::var("p"), s = Expression::var("s");
+    GraphTensor cache = cx.named_tensor("cache", {max_seq, heads, dim}).persist();
+    GraphTensor rows = cx.named_tensor("rows", {s, heads, dim});
+    GraphTensor index = cx.iota(p + Expression::index() / (heads * dim), {s, heads, dim}, DType::I32);
+    GraphTensor next = cache.scatter(0, index, rows);
+    cx.update(cache, next);
+    std::vector<GraphTensor> outs = {(next.slice(0, Expression(0), p + s) * 3.0 - 1.0).sum({0}).output()};
+    if (second_reader) outs.push_back(cache.slice(0, 0, 4).sum({1}).output());
+    cx.set_dim("p", 0);
+    cx.set_dim("s", 1);
+    auto gpu = cx.compile(cuda::CudaRuntime{}, CompileOptions().search_graph_limit(4).trials(1));
+    auto ref = cx.compile(ReferenceRuntime{}, CompileOptions().search_graph_limit(1));
+    HostTensor start = varied(DType::F32, static_cast<size_t>(max_seq * heads * dim), 7, false);
+    gpu.set_data(cache, start);
+    ref.set_data(cache, start);
+    int64_t pos = 0;
+    uint32_t seed = 11;
+    for (int64_t len : {5, 1, 1, 3, 1, 1, 7}) {
+      DimMap dims{{"p", pos}, {"s", len}};
+      HostTensor r = varied(DType::F32, static_cast<size_t>(len * heads * dim), seed++, true);
+      gpu.set_data(rows, r);
+      ref.set_data(rows, r);
+      gpu.execute(dims);
+      ref.execute(dims);
+      const std::string what = "second reader " + std::to_string(second_reader) + ", position " + std::to_string(pos);
+      expect_outputs_match(gpu, ref, outs, what, 1e-5);
+      auto cached = gpu.get(cache).to_f64(), want = ref.get(cache).to_f64(), appended = r.to_f64();
+      ASSERT_EQ(cached.size(), want.size());
+      for (size_t k = 0; k < cached.size(); ++k) ASSERT_TRUE(same_value(cached[k], want[k], 0)) << what << ", element " << k;
+      for (size_t k = 0; k < appended.size(); ++k)
+        ASSERT_TRUE(same_value(cached[static_cast<size_t>(pos * heads * dim) + k], appended[k], 0)) << what << ", row element " << k;
+      if (!second_reader) {
+        EXPECT_LT(gpu.last_arena_bytes(), max_seq * heads * dim * 4) << what;
+      }
+      pos += len;
+    }
+  }
+}
+
 TEST(CudaRuntime, ModelBlocksWithSearchMatchTheReference) {
   LUMINAL_REQUIRE_GPU();
   for (int which = 0; which < 3; ++which) {
