@@ -344,7 +344,7 @@ struct ProgramPlan {
   // which resolution's launches it runs now.
   std::unique_ptr<GraphExec> live;
   uint64_t live_holds = 0;
-  int update_failures = 0;  // refused updates in a row; at kMaxUpdateFailures the plan stops trying
+  int updates_refused = 0, updates_done = 0;  // see kMaxUpdateFailures
   // Sizes by dims, evaluated once: a replayed decode step costs no expression evaluation.
   struct DimsInfo {
     bool computed = false;
@@ -362,9 +362,11 @@ bool env_off(const char* name) {
 bool graphs_from_env() { return !env_off("LUMINAL_CUDA_GRAPHS"); }
 bool graph_updates_from_env() { return !env_off("LUMINAL_CUDA_GRAPH_UPDATE"); }
 
-// A plan whose new resolutions keep changing the graph's topology (so every update is
-// refused and answered by an instantiation, dearer than launching eagerly) stops updating.
+// A plan whose new resolutions often change the graph's topology (each refused update is
+// answered by an instantiation, dearer than launching eagerly) stops updating once
+// updates were refused this many times and more than a fifth of the time.
 constexpr int kMaxUpdateFailures = 4;
+bool updates_worth_trying(int refused, int done) { return refused < kMaxUpdateFailures || refused * 4 <= done; }
 
 // A cuBLASLt layout for a [rows, cols] operand with these strides, or nullopt when it
 // needs a packed copy first.
@@ -415,7 +417,7 @@ struct CudaRuntime::State {
   bool graphs = graphs_from_env() && !profiling;
   bool graph_updates = graph_updates_from_env();
   int captured = 0, replays = 0, updated = 0, eager_runs = 0;
-  std::string last_update_refusal;  // why the last refused update was refused (logs, tests)
+  std::string last_update_refusal;  // why the last refused update was refused
   std::map<std::string, OpProfile> op_profile;
   int64_t profiled_runs = 0;
 
@@ -725,7 +727,7 @@ struct Resolver {
 // - The plan's very first run goes eagerly (a program run once never pays for a graph),
 //   and so does every new resolution when updates are off (LUMINAL_CUDA_GRAPH_UPDATE=0,
 //   set_graph_updates_enabled(false), a driver without cuGraphExecUpdate, or a plan whose
-//   updates were refused kMaxUpdateFailures times in a row): its second run captures it.
+//   updates are often refused, see kMaxUpdateFailures): its second run captures it.
 GraphExec* graph_to_launch(CudaRuntime::State& s, ProgramPlan& p, Resolved& r, StreamHandle stream,
                            const std::function<void()>& enqueue_all) {
   if (r.own) {
@@ -742,19 +744,25 @@ GraphExec* graph_to_launch(CudaRuntime::State& s, ProgramPlan& p, Resolved& r, S
     ++s.captured;
     return r.own.get();
   }
-  const bool update = s.graph_updates && p.update_failures < kMaxUpdateFailures && graph_update_available();
+  const bool update =
+      s.graph_updates && updates_worth_trying(p.updates_refused, p.updates_done) && graph_update_available();
   if (p.runs == 0 || !update) return nullptr;
   r.capture = std::make_unique<CapturedGraph>(stream, enqueue_all);
   if (p.live) {
     std::string why;
     if (p.live->update(*r.capture, &why)) {
-      p.update_failures = 0;
+      ++p.updates_done;
       p.live_holds = r.id;
       ++s.updated;
       return p.live.get();
     }
-    ++p.update_failures;
+    ++p.updates_refused;
     s.last_update_refusal = why;
+    if (!updates_worth_trying(p.updates_refused, p.updates_done))
+      std::fprintf(stderr,
+                   "luminal cuda: CUDA graph updates refused %d of %d times (last: %s); new dims of this program "
+                   "now run eagerly and are captured on their second run\n",
+                   p.updates_refused, p.updates_refused + p.updates_done, why.c_str());
   }
   // No live graph yet, or the update was refused: instantiate. (Destroying an executable
   // graph still in flight is safe: the driver frees it once it completes.)

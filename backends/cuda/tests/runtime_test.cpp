@@ -9,6 +9,7 @@
 #include <cmath>
 #include <functional>
 #include <random>
+#include <sstream>
 
 #include "luminal/luminal.hpp"
 #include "luminal/search/genetic.hpp"
@@ -414,6 +415,85 @@ TEST(CudaRuntime, ReboundPointersUpdateTheGraph) {
   }
   EXPECT_EQ(rt.eager_runs() - eager0, 1);
   EXPECT_EQ(rt.graphs_updated() - updated0, 3);  // 2, 0 and 1: 1 made the live graph
+}
+
+// The primitives as the program (no search, nothing fused by it): scalar Constants and
+// Output copies. Constants are computed once at load, and each Output's producer writes
+// the output buffer itself, so neither appears among a run's launches (the profile table,
+// LUMINAL_CUDA_PROFILE=1, lists every launch by op); the values match the reference.
+TEST(CudaRuntime, ConstantsAreComputedOnceAndOutputsWrittenByTheirProducer) {
+  LUMINAL_REQUIRE_GPU();
+  luminal::Graph cx;
+  auto x = cx.tensor({3, 5});
+  auto h = cx.tensor({7}, DType::BF16);
+  // One constant read by two kernels stays its own step (as shared constants in a model do).
+  auto c = cx.constant(-1.25);
+  auto y = (x * 2.5 + c.expand(Shape{3, 5})).output();
+  auto z = (x.t() * c.expand(Shape{5, 3})).output();
+  auto hb = (h * 3.0 + 1.0).output();
+  std::vector<NodeId> ids(cx.size());
+  for (NodeId i = 0; i < ids.size(); ++i) ids[i] = i;
+  ReferenceRuntime ref;
+  ref.load(cx, ids);
+  ::setenv("LUMINAL_CUDA_PROFILE", "1", 1);
+  ::testing::internal::CaptureStderr();
+  {
+    cuda::CudaRuntime rt;
+    rt.load(cx, ids);
+    for (uint32_t run = 0; run < 3; ++run) {
+      for (auto t : {x, h}) {
+        HostTensor v = varied(t.dtype(), static_cast<size_t>(t.numel().eval({})), 200 + run * 2 + (t.id() == h.id()), true);
+        rt.set_data(t, v);
+        ref.set_data(t, v);
+      }
+      rt.execute({});
+      ref.execute({});
+      expect_outputs_match(rt, ref, {y, z, hb}, "run " + std::to_string(run), 1e-6);
+    }
+  }  // the profile table prints here
+  const std::string table = ::testing::internal::GetCapturedStderr();
+  ::unsetenv("LUMINAL_CUDA_PROFILE");
+  ASSERT_NE(table.find("cuda profile:"), std::string::npos) << table;
+  std::istringstream lines(table);
+  int launches = 0;
+  for (std::string line; std::getline(lines, line);) {
+    // "    0.0123   12.5%        3  Fused[Constant,Mul] [3x5]": ms, share, calls, op.
+    std::istringstream fields(line);
+    double ms = 0;
+    std::string share, op;
+    long calls = 0;
+    if (!(fields >> ms >> share >> calls)) continue;
+    std::getline(fields >> std::ws, op);
+    ++launches;
+    EXPECT_NE(op.rfind("Constant", 0), 0u) << "a constant launched at every run: " << line;
+    EXPECT_NE(op.rfind("Output", 0), 0u) << "an output copied at every run: " << line;
+  }
+  EXPECT_GE(launches, 3) << table;
+}
+
+// An output bound over an input's memory: the producer must not write it while it still
+// reads the input (here through a transpose), so the Output keeps its copy.
+TEST(CudaRuntime, OutputBoundOverItsInputStaysCorrect) {
+  LUMINAL_REQUIRE_GPU();
+  luminal::Graph cx;
+  auto x = cx.tensor({4, 4});
+  auto y = (x.t() * 2.0 - x).output();
+  auto rt = cx.compile(cuda::CudaRuntime{}, CompileOptions().search_graph_limit(2).trials(1));
+  std::vector<float> v(16);
+  for (int i = 0; i < 16; ++i) v[i] = static_cast<float>((i * 7) % 13) - 6.5f;
+  cuda::DeviceBuffer both(16 * sizeof(float));
+  cuda::Stream stream;
+  for (int run = 0; run < 3; ++run) {
+    both.upload(v, stream.get());
+    rt.bind_device_pointer(x.id(), both.ptr(), both.bytes());
+    rt.bind_device_pointer(y.id(), both.ptr(), both.bytes());
+    rt.execute(cx.dim_map());
+    auto got = both.download<float>(stream.get());
+    for (int i = 0; i < 4; ++i)
+      for (int j = 0; j < 4; ++j)
+        ASSERT_FLOAT_EQ(got[i * 4 + j], v[j * 4 + i] * 2 - v[i * 4 + j]) << "run " << run << " " << i << "," << j;
+    for (int i = 0; i < 16; ++i) v[i] = -v[i] * 0.5f + static_cast<float>(i % 3);
+  }
 }
 
 TEST(CudaRuntime, StateUpdatesStayOnTheDevice) {
