@@ -265,14 +265,21 @@ struct DeviceTensor {
   bool valid = false;
   DevicePtr ptr() const { return external ? external : buffer.ptr(); }
   size_t capacity() const { return external ? external_bytes : buffer.bytes(); }
-  // Room for `bytes`; a new buffer (a new pointer) only when it grows.
+  // Room for `bytes`; a new buffer (a new pointer) only when it grows, then with a
+  // quarter of headroom, so that a length growing by one per decode step does not
+  // allocate every step. The first allocation is exact (weights).
   void reserve(size_t bytes) {
     if (external) {
       LUMINAL_CHECK(bytes <= external_bytes, "cuda: a bound device pointer holds ", external_bytes, " bytes but ", bytes,
                     " are needed");
       return;
     }
-    if (buffer.bytes() < bytes || buffer.ptr() == 0) buffer = DeviceBuffer(std::max<size_t>(bytes, 16));
+    if (buffer.ptr() == 0) buffer = DeviceBuffer(std::max<size_t>(bytes, 16));
+    else if (buffer.bytes() < bytes) {
+      const size_t grown = std::max(bytes, buffer.bytes() + buffer.bytes() / 4);
+      buffer = DeviceBuffer();  // freed first: the peak is the new size, not both
+      buffer = DeviceBuffer(grown);
+    }
   }
 };
 
@@ -741,6 +748,7 @@ GraphExec* graph_to_launch(CudaRuntime::State& s, ProgramPlan& p, Resolved& r, S
   if (r.runs >= 1) {
     if (!r.capture) r.capture = std::make_unique<CapturedGraph>(stream, enqueue_all);
     r.own = std::make_unique<GraphExec>(*r.capture);
+    r.capture.reset();  // its own graph from now on: the template is not needed again
     ++s.captured;
     return r.own.get();
   }
@@ -838,8 +846,11 @@ void CudaRuntime::run(size_t slot, const DimMap& dims) {
   }
   info.fits_version = p.arena_version;
   if (static_cast<int64_t>(s.arena.bytes()) < p.arena.arena_bytes) {
+    // Regrown with a quarter of headroom (a decode length grows every step).
     LUMINAL_CU(cuStreamSynchronize, stream);
-    s.arena = DeviceBuffer(static_cast<size_t>(p.arena.arena_bytes));
+    const size_t need = static_cast<size_t>(p.arena.arena_bytes);
+    s.arena = DeviceBuffer();
+    s.arena = DeviceBuffer(s.arena_version == 0 ? need : std::max(need, need + need / 4));
     ++s.arena_version;
   }
   s.last_arena = p.arena.arena_bytes;

@@ -6,7 +6,9 @@
 // pointers. Each test skips, saying so, where no GPU is usable.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <functional>
 #include <random>
 #include <sstream>
@@ -351,6 +353,74 @@ TEST(CudaRuntime, NewDimsUpdateTheGraphInsteadOfRunningEagerly) {
   run_lengths(g, gpu, ref, {10, 10, 2}, 90);
   EXPECT_EQ(gpu.graphs_updated(), updated1);
   EXPECT_EQ(gpu.eager_runs() - eager2, 2);
+}
+
+// Milliseconds per step of a launch-bound loop whose length grows by one each step (a
+// decode loop's position; 24 layers, about 100 small kernels per step), with graph updates,
+// eagerly, and replayed at a fixed length: printed for the GPU run's log. No time is
+// asserted (a shared machine); the values are checked against the reference at the end.
+// Under the host emulation (whose times say nothing) it runs 1 layer and 3 steps a mode.
+TEST(CudaRuntime, GrowingLengthLoopTimings) {
+  LUMINAL_REQUIRE_GPU();
+  const bool emulated = fake_device();
+  const int layers = emulated ? 1 : 24, steps = emulated ? 3 : 60;
+  luminal::Graph cx;
+  Expression n = Expression::var("n");
+  auto x = cx.tensor({n, 64});
+  std::vector<GraphTensor> weights;
+  GraphTensor h = x;
+  for (int layer = 0; layer < layers; ++layer) {
+    auto w = cx.tensor({64}).persist();
+    weights.push_back(w);
+    auto attention = (h * w.expand_dim(0, n)).sum({1}).softmax(0);  // over the growing axis
+    h = h * 0.75 + attention.expand_dim(1, 64) * h;
+  }
+  auto out = h.sum({0}).output();
+  std::vector<NodeId> ids(cx.size());
+  for (NodeId i = 0; i < ids.size(); ++i) ids[i] = i;
+  cuda::CudaRuntime rt;
+  rt.load(cx, ids);  // the program as written (fused by the runtime's fuse_program), no search
+  ReferenceRuntime ref;
+  ref.load(cx, ids);
+  for (size_t l = 0; l < weights.size(); ++l) {
+    HostTensor wv = varied(DType::F32, 64, 500 + static_cast<uint32_t>(l), false);
+    rt.set_data(weights[l], wv);
+    ref.set_data(weights[l], wv);
+  }
+  auto step = [&](int64_t len) {
+    rt.set_data(x, varied(DType::F32, static_cast<size_t>(len) * 64, static_cast<uint32_t>(len), false));
+    rt.execute({{"n", len}});
+  };
+  auto ms_per_step = [&](int64_t first, int steps, bool grow) {
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int k = 0; k < steps; ++k) step(grow ? first + k : first);
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / steps;
+  };
+  step(63);
+  step(64);
+  const int updated0 = rt.graphs_updated(), captured0 = rt.graphs_captured();
+  const double updates = ms_per_step(65, steps, true);
+  const int updated = rt.graphs_updated() - updated0, captured = rt.graphs_captured() - captured0;
+  rt.set_graphs_enabled(false);
+  const int eager0 = rt.eager_runs();
+  const double eager = ms_per_step(65 + steps, steps, true);
+  EXPECT_EQ(rt.eager_runs() - eager0, steps);
+  rt.set_graphs_enabled(true);
+  const int64_t last = 65 + 2 * steps;
+  const int replays0 = rt.graph_replays();
+  const double replay = ms_per_step(last, steps, false);
+  EXPECT_GE(rt.graph_replays() - replays0, steps - 2);
+  std::printf("growing length (%d layers), ms per step incl. an [n, 64] input upload: graph updates %.3f, eager %.3f, "
+              "replay at a fixed length %.3f; %d graphs updated, %d instantiated over %d new lengths\n",
+              layers, updates, eager, replay, updated, captured, steps);
+  EXPECT_GE(updated, steps - 2);
+  // The last length, against the reference.
+  HostTensor xv = varied(DType::F32, static_cast<size_t>(last) * 64, 7, false);
+  rt.set_data(x, xv);
+  ref.set_data(x, xv);
+  rt.execute({{"n", last}});
+  ref.execute({{"n", last}});
+  expect_outputs_match(rt, ref, {out}, "n " + std::to_string(last), 1e-3);
 }
 
 // A driver that refuses every update (the emulation's LUMINAL_FAKE_CUDA_GRAPH_UPDATE=0
