@@ -48,17 +48,20 @@ void* open_library(const char* sonames, std::string& error) {
   return nullptr;
 }
 
-// `symbols` lists alternatives separated by '|', newest first ("cuX_v2|cuX").
+// `symbols` lists alternatives separated by '|', newest first ("cuX_v2|cuX"); a leading
+// '?' makes the symbol optional (missing: the slot stays null, no error).
 template <class Fn>
 void load_symbol(void* handle, const char* symbols, Fn*& slot, std::string& error) {
   std::string_view rest = symbols;
+  const bool optional = !rest.empty() && rest.front() == '?';
+  if (optional) rest.remove_prefix(1);
   while (!slot && !rest.empty()) {
     const size_t bar = rest.find('|');
     const std::string name(rest.substr(0, bar));
     slot = reinterpret_cast<Fn*>(dlsym(handle, name.c_str()));
     rest = bar == std::string_view::npos ? std::string_view() : rest.substr(bar + 1);
   }
-  if (!slot && error.empty()) error = std::string("symbol ") + symbols + " missing";
+  if (!slot && !optional && error.empty()) error = std::string("symbol ") + symbols + " missing";
 }
 
 #define LUMINAL_CUDA_LOAD(name, symbol, signature) load_symbol(handle, symbol, table.name, table.error);

@@ -265,14 +265,21 @@ struct DeviceTensor {
   bool valid = false;
   DevicePtr ptr() const { return external ? external : buffer.ptr(); }
   size_t capacity() const { return external ? external_bytes : buffer.bytes(); }
-  // Room for `bytes`; a new buffer (a new pointer) only when it grows.
+  // Room for `bytes`; a new buffer (a new pointer) only when it grows, then with a
+  // quarter of headroom, so that a length growing by one per decode step does not
+  // allocate every step. The first allocation is exact (weights).
   void reserve(size_t bytes) {
     if (external) {
       LUMINAL_CHECK(bytes <= external_bytes, "cuda: a bound device pointer holds ", external_bytes, " bytes but ", bytes,
                     " are needed");
       return;
     }
-    if (buffer.bytes() < bytes || buffer.ptr() == 0) buffer = DeviceBuffer(std::max<size_t>(bytes, 16));
+    if (buffer.ptr() == 0) buffer = DeviceBuffer(std::max<size_t>(bytes, 16));
+    else if (buffer.bytes() < bytes) {
+      const size_t grown = std::max(bytes, buffer.bytes() + buffer.bytes() / 4);
+      buffer = DeviceBuffer();  // freed first: the peak is the new size, not both
+      buffer = DeviceBuffer(grown);
+    }
   }
 };
 
@@ -306,7 +313,9 @@ struct Resolved {
   DeviceBuffer dims;         // each kernel's dims, in its dim_names order
   DeviceBuffer scratch[2];   // matmul operand copies (the largest step's)
   std::vector<DeviceBuffer> custom_scratch;
-  std::unique_ptr<cuda::Graph> graph;
+  uint64_t id = 0;                         // unique in its plan: what the plan's live graph holds
+  std::unique_ptr<CapturedGraph> capture;  // its launches, captured (to update or instantiate from)
+  std::unique_ptr<GraphExec> own;          // its own executable graph (a resolution run again)
   int runs = 0;
   uint64_t last_used = 0;  // for evicting the least recently used resolution
 };
@@ -318,6 +327,15 @@ struct ProgramPlan {
   luminal::Graph graph;
   std::vector<NodeId> external_ids;
   std::unordered_map<NodeId, NodeId> program_of;  // external id -> program node
+  // Constants (scalars) are computed once, at load, into `constants`; their steps never
+  // launch again. constant_offset[node] is its place there, -1 for other nodes.
+  DeviceBuffer constants;
+  std::vector<int64_t> constant_offset;
+  // An Output that reads its whole producer as it lies (contiguous, same shape and dtype)
+  // lets the producer write straight into the output buffer: no copy kernel. Per node:
+  // the producer an Output may take over, kNoNode otherwise (decided again per run, from
+  // the pointers: see run()).
+  std::vector<NodeId> output_producer;
   std::vector<Step> steps;
   std::vector<std::string> dim_names;  // every dim the program mentions, sorted
   std::vector<plan::BufferUse> planned_uses;
@@ -331,6 +349,13 @@ struct ProgramPlan {
   std::vector<char> in_place_output;  // per node
   std::map<std::vector<int64_t>, std::unique_ptr<Resolved>> resolved;  // by dims
   uint64_t clock = 0;
+  uint64_t next_resolution_id = 0;
+  int64_t runs = 0;
+  // The executable graph that new resolutions update in place (cuGraphExecUpdate), and
+  // which resolution's launches it runs now.
+  std::unique_ptr<GraphExec> live;
+  uint64_t live_holds = 0;
+  int updates_refused = 0, updates_done = 0;  // see kMaxUpdateFailures
   // Sizes by dims, evaluated once: a replayed decode step costs no expression evaluation.
   struct DimsInfo {
     bool computed = false;
@@ -341,10 +366,18 @@ struct ProgramPlan {
   std::map<std::vector<int64_t>, DimsInfo> dims_info;
 };
 
-bool graphs_from_env() {
-  const char* v = std::getenv("LUMINAL_CUDA_GRAPHS");
-  return !(v && (std::strcmp(v, "0") == 0 || std::strcmp(v, "off") == 0));
+bool env_off(const char* name) {
+  const char* v = std::getenv(name);
+  return v && (std::strcmp(v, "0") == 0 || std::strcmp(v, "off") == 0);
 }
+bool graphs_from_env() { return !env_off("LUMINAL_CUDA_GRAPHS"); }
+bool graph_updates_from_env() { return !env_off("LUMINAL_CUDA_GRAPH_UPDATE"); }
+
+// A plan whose new resolutions often change the graph's topology (each refused update is
+// answered by an instantiation, dearer than launching eagerly) stops updating once
+// updates were refused this many times and more than a fifth of the time.
+constexpr int kMaxUpdateFailures = 4;
+bool updates_worth_trying(int refused, int done) { return refused < kMaxUpdateFailures || refused * 4 <= done; }
 
 // A cuBLASLt layout for a [rows, cols] operand with these strides, or nullopt when it
 // needs a packed copy first.
@@ -393,7 +426,9 @@ struct CudaRuntime::State {
   int64_t last_arena = 0;
   bool profiling = profile_from_env();
   bool graphs = graphs_from_env() && !profiling;
-  int captured = 0, replays = 0;
+  bool graph_updates = graph_updates_from_env();
+  int captured = 0, replays = 0, updated = 0, eager_runs = 0;
+  std::string last_update_refusal;  // why the last refused update was refused
   std::map<std::string, OpProfile> op_profile;
   int64_t profiled_runs = 0;
 
@@ -437,6 +472,7 @@ CudaRuntime& CudaRuntime::operator=(CudaRuntime&&) noexcept = default;
 std::unique_ptr<Runtime> CudaRuntime::fresh() const {
   auto rt = std::make_unique<CudaRuntime>(state_->shared);
   rt->state_->graphs = state_->graphs;
+  rt->state_->graph_updates = state_->graph_updates;
   return rt;
 }
 
@@ -445,6 +481,10 @@ bool CudaRuntime::graphs_enabled() const { return state_->graphs; }
 int64_t CudaRuntime::last_arena_bytes() const { return state_->last_arena; }
 int CudaRuntime::graphs_captured() const { return state_->captured; }
 int CudaRuntime::graph_replays() const { return state_->replays; }
+int CudaRuntime::graphs_updated() const { return state_->updated; }
+int CudaRuntime::eager_runs() const { return state_->eager_runs; }
+void CudaRuntime::set_graph_updates_enabled(bool enabled) { state_->graph_updates = enabled; }
+bool CudaRuntime::graph_updates_enabled() const { return state_->graph_updates; }
 int CudaRuntime::kernels_compiled() const { return state_->shared->modules->stats().compiled; }
 const DeviceInfo& CudaRuntime::device_info() const { return state_->shared->context->info(); }
 
@@ -462,6 +502,60 @@ void CudaRuntime::prepare(std::span<const luminal::Graph* const> programs) {
   }
   state_->shared->compile(regions);
 }
+
+namespace {
+
+// Every scalar Constant's kernel runs once now, into the plan's constant buffer, instead
+// of at every run (a decode step launched a few each).
+void materialise_constants(ProgramPlan& p, StreamHandle stream) {
+  p.constant_offset.assign(p.graph.size(), -1);
+  int64_t bytes = 0;
+  for (const Step& step : p.steps) {
+    const Node& n = p.graph.node(step.node);
+    if (n.op != OpKind::Constant || step.kind != StepKind::Kernel || !step.kernel) continue;
+    const auto numel = product(n.shape).as_constant();
+    if (!numel || !step.kernel->kernel.dim_names.empty() || !step.kernel->kernel.grid_x.as_constant()) continue;
+    p.constant_offset[step.node] = bytes;
+    bytes += (std::max<int64_t>(1, *numel * static_cast<int64_t>(dtype_bytes(n.dtype))) + kAlignment - 1) / kAlignment *
+             kAlignment;
+  }
+  if (bytes == 0) return;
+  p.constants = DeviceBuffer(static_cast<size_t>(bytes));
+  for (size_t si = 0; si < p.steps.size(); ++si) {
+    const Step& step = p.steps[si];
+    if (p.constant_offset[step.node] < 0) continue;
+    const kernel::Kernel& k = step.kernel->kernel;
+    const int64_t grid = *k.grid_x.as_constant();
+    if (grid <= 0) continue;
+    // Arguments: the output, the step's error record, the dims (none: any valid pointer).
+    launch_kernel(step.kernel->fn, static_cast<unsigned>(grid), static_cast<unsigned>(k.block_x),
+                  {p.constants.ptr() + static_cast<DevicePtr>(p.constant_offset[step.node]),
+                   p.errors.ptr() + si * kernel::kErrorWords * sizeof(int32_t), p.errors.ptr()},
+                  stream);
+  }
+  LUMINAL_CU(cuStreamSynchronize, stream);
+}
+
+void find_output_producers(ProgramPlan& p) {
+  const luminal::Graph& g = p.graph;
+  p.output_producer.assign(g.size(), kNoNode);
+  std::vector<bool> taken(g.size(), false);
+  std::vector<bool> is_step(g.size(), false);
+  for (const Step& step : p.steps) is_step[step.node] = true;
+  for (NodeId i = 0; i < g.size(); ++i) {
+    const Node& n = g.node(i);
+    // An in-place state update's Output reads the state itself: its producer writes there.
+    if (n.op != OpKind::Output || n.inputs.size() != 1 || p.in_place_output[i]) continue;
+    const NodeInput& in = n.inputs[0];
+    const Node& src = g.node(in.node);
+    if (!is_step[in.node] || src.op == OpKind::Output || p.constant_offset[in.node] >= 0 || taken[in.node]) continue;
+    if (src.dtype != n.dtype || !in.view.is_contiguous() || in.view.shape() != src.shape || n.shape != src.shape) continue;
+    taken[in.node] = true;
+    p.output_producer[i] = in.node;
+  }
+}
+
+}  // namespace
 
 void CudaRuntime::load_program(size_t slot, const luminal::Graph& program, std::vector<NodeId> external_ids) {
   auto& s = *state_;
@@ -554,6 +648,8 @@ void CudaRuntime::load_program(size_t slot, const luminal::Graph& program, std::
   std::sort(p.dim_names.begin(), p.dim_names.end());
   p.dim_names.erase(std::unique(p.dim_names.begin(), p.dim_names.end()), p.dim_names.end());
   p.errors = DeviceBuffer(std::max<size_t>(16, p.steps.size() * kernel::kErrorWords * sizeof(int32_t)));
+  materialise_constants(p, s.stream());
+  find_output_producers(p);
   s.slots[slot] = std::move(p);
 }
 
@@ -664,6 +760,63 @@ struct Resolver {
   }
 };
 
+// The executable graph a run of `r` launches, or null to launch its ops one by one.
+// - A resolution with its own graph, or the one the plan's live graph holds, replays it.
+// - A resolution run a second time while the live graph holds another (dims that
+//   alternate) gets its own graph, instantiated from its capture: both then replay.
+// - A new resolution (a decode step at a new position, a rebound pointer, a grown arena)
+//   is captured, which is cheap, and the live graph is updated in place to run it
+//   (cuGraphExecUpdate); when the update is refused (a node added, removed or changed in a
+//   way an update cannot take) the live graph is instantiated again from the capture.
+// - The plan's very first run goes eagerly (a program run once never pays for a graph),
+//   and so does every new resolution when updates are off (LUMINAL_CUDA_GRAPH_UPDATE=0,
+//   set_graph_updates_enabled(false), a driver without cuGraphExecUpdate, or a plan whose
+//   updates are often refused, see kMaxUpdateFailures): its second run captures it.
+GraphExec* graph_to_launch(CudaRuntime::State& s, ProgramPlan& p, Resolved& r, StreamHandle stream,
+                           const std::function<void()>& enqueue_all) {
+  if (r.own) {
+    ++s.replays;
+    return r.own.get();
+  }
+  if (p.live && p.live_holds == r.id) {
+    ++s.replays;
+    return p.live.get();
+  }
+  if (r.runs >= 1) {
+    if (!r.capture) r.capture = std::make_unique<CapturedGraph>(stream, enqueue_all);
+    r.own = std::make_unique<GraphExec>(*r.capture);
+    r.capture.reset();  // its own graph from now on: the template is not needed again
+    ++s.captured;
+    return r.own.get();
+  }
+  const bool update =
+      s.graph_updates && updates_worth_trying(p.updates_refused, p.updates_done) && graph_update_available();
+  if (p.runs == 0 || !update) return nullptr;
+  r.capture = std::make_unique<CapturedGraph>(stream, enqueue_all);
+  if (p.live) {
+    std::string why;
+    if (p.live->update(*r.capture, &why)) {
+      ++p.updates_done;
+      p.live_holds = r.id;
+      ++s.updated;
+      return p.live.get();
+    }
+    ++p.updates_refused;
+    s.last_update_refusal = why;
+    if (!updates_worth_trying(p.updates_refused, p.updates_done))
+      std::fprintf(stderr,
+                   "luminal cuda: CUDA graph updates refused %d of %d times (last: %s); new dims of this program "
+                   "now run eagerly and are captured on their second run\n",
+                   p.updates_refused, p.updates_refused + p.updates_done, why.c_str());
+  }
+  // No live graph yet, or the update was refused: instantiate. (Destroying an executable
+  // graph still in flight is safe: the driver frees it once it completes.)
+  p.live = std::make_unique<GraphExec>(*r.capture);
+  p.live_holds = r.id;
+  ++s.captured;
+  return p.live.get();
+}
+
 }  // namespace
 
 void CudaRuntime::run(size_t slot, const DimMap& dims) {
@@ -693,6 +846,7 @@ void CudaRuntime::run(size_t slot, const DimMap& dims) {
   // Inputs: the user's device buffers, checked against their shapes.
   std::vector<DevicePtr> ptr(g.size(), 0);
   std::vector<DevicePtr> bound;
+  std::vector<std::pair<DevicePtr, size_t>> input_ranges;
   size_t input_index = 0;
   for (NodeId i = 0; i < g.size(); ++i) {
     const Node& n = g.node(i);
@@ -705,6 +859,7 @@ void CudaRuntime::run(size_t slot, const DimMap& dims) {
                   it->second.numel, " elements but its shape ", to_string(n.shape), " needs ", expect);
     ptr[i] = it->second.ptr();
     bound.push_back(ptr[i]);
+    input_ranges.emplace_back(ptr[i], it->second.capacity());
   }
   // Intermediates live in the arena, planned for the largest size each buffer has had
   // (dims already seen to fit the current plan skip the planner).
@@ -731,14 +886,19 @@ void CudaRuntime::run(size_t slot, const DimMap& dims) {
   }
   info.fits_version = p.arena_version;
   if (static_cast<int64_t>(s.arena.bytes()) < p.arena.arena_bytes) {
+    // Regrown with a quarter of headroom (a decode length grows every step).
     LUMINAL_CU(cuStreamSynchronize, stream);
-    s.arena = DeviceBuffer(static_cast<size_t>(p.arena.arena_bytes));
+    const size_t need = static_cast<size_t>(p.arena.arena_bytes);
+    s.arena = DeviceBuffer();
+    s.arena = DeviceBuffer(s.arena_version == 0 ? need : std::max(need, need + need / 4));
     ++s.arena_version;
   }
   s.last_arena = p.arena.arena_bytes;
   for (NodeId i = 0; i < g.size(); ++i)
     if (g.node(i).op != OpKind::Input && p.arena.offsets[i] != plan::kNotInArena)
       ptr[i] = s.arena.ptr() + static_cast<DevicePtr>(p.arena.offsets[i]);
+  for (NodeId i = 0; i < g.size(); ++i)
+    if (p.constant_offset[i] >= 0) ptr[i] = p.constants.ptr() + static_cast<DevicePtr>(p.constant_offset[i]);
   for (const auto& u : p.in_place) ptr[u.scatter] = ptr[u.output] = ptr[u.state];
   // Outputs are written straight into the user's buffers (kept from run to run).
   struct OutputBuffer {
@@ -759,6 +919,23 @@ void CudaRuntime::run(size_t slot, const DimMap& dims) {
     bound.push_back(ptr[i]);
     outputs.push_back({i, &t, bytes});
   }
+  // Producers that write straight into their Output's buffer (find_output_producers), so
+  // the Output's copy is skipped; not when that buffer overlaps an input's (a caller may
+  // bind an output over an input, which the producer may still be reading) or when a
+  // matmul would write it off cuBLASLt's alignment. The choice follows from the pointers,
+  // which are part of the resolution's key.
+  std::vector<bool> output_aliased(g.size(), false);
+  for (auto& [i, t, out_bytes] : outputs) {
+    const NodeId src = p.output_producer[i];
+    if (src == kNoNode) continue;
+    const DevicePtr out = t->ptr();
+    const size_t bytes = t->capacity();
+    bool overlaps = false;
+    for (const auto& [in, in_bytes] : input_ranges) overlaps = overlaps || (out < in + in_bytes && in < out + bytes);
+    if (overlaps || (is_matmul(g.node(src)) && out % kAlignment != 0)) continue;
+    output_aliased[i] = true;
+    ptr[src] = out;
+  }
   bound.push_back(s.arena.ptr());
   bound.push_back(static_cast<DevicePtr>(s.arena_version));
   bound.push_back(static_cast<DevicePtr>(p.arena_version));
@@ -778,6 +955,7 @@ void CudaRuntime::run(size_t slot, const DimMap& dims) {
     slot_entry = std::make_unique<Resolved>();
     Resolved& r = *slot_entry;
     r.bound = bound;
+    r.id = ++p.next_resolution_id;
     Resolver rs{*s.shared, p, dims, ptr, r, {}, {}, {}};
     const DevicePtr errors = p.errors.ptr();
     const int sm_count = s.shared->context->info().sm_count;
@@ -789,6 +967,8 @@ void CudaRuntime::run(size_t slot, const DimMap& dims) {
       const Step& step = p.steps[si];
       const Node& n = g.node(step.node);
       const std::string what = n.op == OpKind::BackendOp ? n.backend->name : std::string(op_name(n.op));
+      // Constants were computed at load; an Output its producer wrote needs no copy.
+      if (p.constant_offset[step.node] >= 0 || output_aliased[step.node]) continue;
       const size_t first_op = r.ops.size();
       std::vector<DevicePtr> ins;
       for (const auto& in : n.inputs) ins.push_back(ptr[in.node]);
@@ -1012,17 +1192,12 @@ void CudaRuntime::run(size_t slot, const DimMap& dims) {
   auto enqueue_all = [&] {
     for (auto& op : r.ops) op.enqueue(stream);
   };
-  // A resolution is captured on its second run: dims seen once (a decode step at a new
-  // position) never pay for a capture; repeated ones replay one graph.
-  if (s.graphs && !r.host_ops && (r.graph || r.runs >= 1)) {
-    if (!r.graph) {
-      r.graph = std::make_unique<cuda::Graph>(stream, enqueue_all);
-      ++s.captured;
-    } else {
-      ++s.replays;
-    }
+  GraphExec* exec = nullptr;
+  if (s.graphs && !r.host_ops) exec = graph_to_launch(s, p, r, stream, enqueue_all);
+  ++p.runs;
+  if (exec) {
     ++r.runs;
-    r.graph->launch(stream);
+    exec->launch(stream);
   } else if (s.profiling) {
     ++r.runs;
     ++s.profiled_runs;
@@ -1042,6 +1217,7 @@ void CudaRuntime::run(size_t slot, const DimMap& dims) {
     }
   } else {
     ++r.runs;
+    ++s.eager_runs;
     for (auto& op : r.ops) {
       check_deadline();
       op.enqueue(stream);

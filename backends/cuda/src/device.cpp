@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <exception>
+#include <iterator>
+#include <string>
 #include <utility>
 
 #include "luminal/error.hpp"
@@ -154,6 +156,64 @@ Graph::~Graph() {
   if (graph_) api::driver_table().cuGraphDestroy(graph_);
 }
 void Graph::launch(StreamHandle stream) const { LUMINAL_CU(cuGraphLaunch, exec_, stream); }
+
+CapturedGraph::CapturedGraph(StreamHandle stream, const std::function<void()>& enqueue) {
+  LUMINAL_CU(cuStreamBeginCapture, stream, api::CU_STREAM_CAPTURE_MODE_RELAXED);
+  try {
+    enqueue();
+  } catch (...) {
+    api::CUgraph broken = nullptr;
+    api::driver_table().cuStreamEndCapture(stream, &broken);
+    if (broken) api::driver_table().cuGraphDestroy(broken);
+    throw;
+  }
+  LUMINAL_CU(cuStreamEndCapture, stream, &graph_);
+  LUMINAL_CHECK(graph_ != nullptr, "cuStreamEndCapture returned no graph");
+}
+CapturedGraph::~CapturedGraph() {
+  if (graph_) api::driver_table().cuGraphDestroy(graph_);
+}
+
+GraphExec::GraphExec(const CapturedGraph& graph) {
+  LUMINAL_CU(cuGraphInstantiateWithFlags, &exec_, graph.get(), 0ull);
+}
+GraphExec::~GraphExec() {
+  if (exec_) api::driver_table().cuGraphExecDestroy(exec_);
+}
+void GraphExec::launch(StreamHandle stream) const { LUMINAL_CU(cuGraphLaunch, exec_, stream); }
+
+bool graph_update_available() { return api::driver().cuGraphExecUpdate != nullptr; }
+
+bool GraphExec::update(const CapturedGraph& graph, std::string* why) {
+  const auto& driver = api::driver();
+  if (!driver.cuGraphExecUpdate) {
+    if (why) *why = "the driver has no cuGraphExecUpdate";
+    return false;
+  }
+  api::CUgraphExecUpdateResultInfo info;
+  const api::CUresult r = driver.cuGraphExecUpdate(exec_, graph.get(), &info);
+  if (r == api::CUDA_SUCCESS && info.result == api::CU_GRAPH_EXEC_UPDATE_SUCCESS) return true;
+  if (r == api::CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE) {
+    if (why) {
+      static const char* const reasons[] = {"success",          "error",           "topology changed",
+                                            "node type changed", "function changed", "parameters changed",
+                                            "not supported",     "unsupported function change",
+                                            "attributes changed"};
+      const bool known = info.result >= 0 && info.result < static_cast<int>(std::size(reasons));
+      *why = known ? reasons[info.result] : "update result " + std::to_string(info.result);
+    }
+    return false;
+  }
+  // Not an update constraint: a driver that cannot update this graph at all
+  // (CUDA_ERROR_NOT_SUPPORTED) is answered by instantiating; anything else is an error.
+  if (r == api::CUDA_ERROR_NOT_SUPPORTED) {
+    if (why) *why = "cuGraphExecUpdate not supported";
+    return false;
+  }
+  api::check(r, "cuGraphExecUpdate");
+  if (why) *why = "update result " + std::to_string(info.result);
+  return false;
+}
 
 double time_ms(StreamHandle stream, const std::function<void()>& enqueue, int repetitions, int samples,
                bool use_graph, int warmup) {

@@ -27,6 +27,16 @@ static_assert(api::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES == ::CU_FUNC_
 static_assert(api::CU_STREAM_NON_BLOCKING == ::CU_STREAM_NON_BLOCKING);
 static_assert(api::CU_EVENT_DEFAULT == ::CU_EVENT_DEFAULT);
 static_assert(api::CU_STREAM_CAPTURE_MODE_RELAXED == ::CU_STREAM_CAPTURE_MODE_RELAXED);
+static_assert(api::CUDA_ERROR_NOT_SUPPORTED == ::CUDA_ERROR_NOT_SUPPORTED);
+static_assert(api::CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE == ::CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE);
+static_assert(api::CU_GRAPH_EXEC_UPDATE_SUCCESS == ::CU_GRAPH_EXEC_UPDATE_SUCCESS);
+static_assert(api::CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED == ::CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED);
+static_assert(api::CU_GRAPH_EXEC_UPDATE_ERROR_ATTRIBUTES_CHANGED == ::CU_GRAPH_EXEC_UPDATE_ERROR_ATTRIBUTES_CHANGED);
+static_assert(sizeof(api::CUgraphExecUpdateResultInfo) == sizeof(::CUgraphExecUpdateResultInfo));
+static_assert(sizeof(api::CUgraphExecUpdateResultInfo::result) == sizeof(::CUgraphExecUpdateResult));
+static_assert(offsetof(api::CUgraphExecUpdateResultInfo, errorNode) == offsetof(::CUgraphExecUpdateResultInfo, errorNode));
+static_assert(offsetof(api::CUgraphExecUpdateResultInfo, errorFromNode) ==
+              offsetof(::CUgraphExecUpdateResultInfo, errorFromNode));
 // NVRTC.
 static_assert(api::NVRTC_SUCCESS == ::NVRTC_SUCCESS);
 // cuBLASLt.

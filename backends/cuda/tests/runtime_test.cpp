@@ -6,9 +6,12 @@
 // pointers. Each test skips, saying so, where no GPU is usable.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <functional>
 #include <random>
+#include <sstream>
 
 #include "luminal/luminal.hpp"
 #include "luminal/search/genetic.hpp"
@@ -252,7 +255,7 @@ TEST(CudaRuntime, GraphsReplayAcrossRunsAndDimsChanges) {
   HostTensor wv = varied(DType::F32, 144, 9, false);
   gpu.set_data(w, wv);
   ref.set_data(w, wv);
-  const int captured0 = gpu.graphs_captured();
+  const int captured0 = gpu.graphs_captured(), updated0 = gpu.graphs_updated(), eager0 = gpu.eager_runs();
   uint32_t seed = 20;
   // The largest dims first: buffers and the arena get their size once, so later dims keep
   // every pointer and only their own graph is captured.
@@ -264,9 +267,13 @@ TEST(CudaRuntime, GraphsReplayAcrossRunsAndDimsChanges) {
     ref.execute({{"seq", s}});
     expect_outputs_match(gpu, ref, {y}, "seq " + std::to_string(s), 1e-5);
   }
-  // A resolution is captured on its second run and replayed after: seq 7 and 3 are
-  // captured once each (buffers are reused, so pointers hold); seq 1, run once, never is.
-  EXPECT_EQ(gpu.graphs_captured() - captured0, 2);
+  // Only the first run goes eagerly. Seq 7's second run gets its own graph; seq 3, new,
+  // makes the live graph (nothing to update yet); seq 1 updates it in place (or, where the
+  // device's matmul changes the graph's nodes, instantiates it again); seq 3, run again
+  // while the live graph holds seq 1, gets its own. Replays: 7, 3, 7 (buffers are reused,
+  // so pointers hold).
+  EXPECT_EQ(gpu.graphs_captured() - captured0 + gpu.graphs_updated() - updated0, 4);
+  EXPECT_EQ(gpu.eager_runs() - eager0, 1);
   EXPECT_GE(gpu.graph_replays(), 3);
   // Without graphs: the same values.
   gpu.set_graphs_enabled(false);
@@ -276,6 +283,287 @@ TEST(CudaRuntime, GraphsReplayAcrossRunsAndDimsChanges) {
   gpu.execute({{"seq", 7}});
   ref.execute({{"seq", 7}});
   expect_outputs_match(gpu, ref, {y}, "no graphs", 1e-5);
+}
+
+namespace {
+bool fake_device() { return cuda::available().message.find("Fake") != std::string::npos; }
+
+// y = x * w - 1.5 (odd width, a grid that grows with n) and its column sums over the
+// symbolic axis (a fixed grid, a loop as long as n read from the dims buffer).
+struct GrowingProgram {
+  luminal::Graph cx;
+  GraphTensor x, w, y, sums;
+  GrowingProgram() {
+    Expression n = Expression::var("n");
+    x = cx.tensor({n, 5});
+    w = cx.tensor({5}).persist();
+    auto prod = x * w.expand_dim(0, n) - 1.5;
+    y = prod.output();
+    sums = prod.sum({0}).output();
+    cx.set_dim("n", 4);
+  }
+};
+
+// Runs the program at each n (a decode loop's growing position, and back), comparing
+// with the reference at every step.
+void run_lengths(GrowingProgram& g, Runtime& gpu, Runtime& ref, std::initializer_list<int64_t> lengths, uint32_t seed) {
+  for (int64_t n : lengths) {
+    HostTensor xv = varied(DType::F32, static_cast<size_t>(n) * 5, seed++, /*specials=*/n % 2 == 1);
+    gpu.set_data(g.x, xv);
+    ref.set_data(g.x, xv);
+    gpu.execute({{"n", n}});
+    ref.execute({{"n", n}});
+    expect_outputs_match(gpu, ref, {g.y, g.sums}, "n " + std::to_string(n), 1e-5);
+    if (::testing::Test::HasFatalFailure()) return;
+  }
+}
+}  // namespace
+
+// Decode with a growing position: every new length is a new resolution (grids, dims,
+// and, as the arena and outputs grow, pointers), which updates the plan's executable
+// graph in place instead of launching kernel by kernel.
+TEST(CudaRuntime, NewDimsUpdateTheGraphInsteadOfRunningEagerly) {
+  LUMINAL_REQUIRE_GPU();
+  GrowingProgram g;
+  auto gpu = g.cx.compile(cuda::CudaRuntime{}, CompileOptions().search_graph_limit(2).trials(1));
+  auto ref = g.cx.compile(ReferenceRuntime{}, CompileOptions().search_graph_limit(1));
+  ASSERT_TRUE(gpu.graph_updates_enabled());
+  HostTensor wv = varied(DType::F32, 5, 3, false);
+  gpu.set_data(g.w, wv);
+  ref.set_data(g.w, wv);
+  const int eager0 = gpu.eager_runs(), updated0 = gpu.graphs_updated(), captured0 = gpu.graphs_captured();
+  run_lengths(g, gpu, ref, {5}, 40);
+  const int eager1 = gpu.eager_runs();
+  EXPECT_LE(eager1 - eager0, 1);
+  // 6 makes the live graph; 7 updates it; 6 again (the arena and outputs grew: new
+  // pointers, a new resolution) updates it; 9, 3, 11, 8, 12 each update it.
+  run_lengths(g, gpu, ref, {6, 7, 6, 9, 3, 11, 8, 12}, 50);
+  EXPECT_EQ(gpu.eager_runs(), eager1) << "a new length ran kernel by kernel";
+  EXPECT_GE(gpu.graphs_updated() - updated0, 6);
+  EXPECT_LE(gpu.graphs_captured() - captured0, 2);
+  // A length seen before with the same pointers replays (its own graph or the live one).
+  const int replays0 = gpu.graph_replays();
+  run_lengths(g, gpu, ref, {12, 12, 5, 5}, 70);
+  EXPECT_GE(gpu.graph_replays() - replays0, 2);
+  EXPECT_EQ(gpu.eager_runs(), eager1);
+
+  // Updates off: new lengths run eagerly and are captured on their second run, as before.
+  gpu.set_graph_updates_enabled(false);
+  const int updated1 = gpu.graphs_updated(), eager2 = gpu.eager_runs();
+  run_lengths(g, gpu, ref, {10, 10, 2}, 90);
+  EXPECT_EQ(gpu.graphs_updated(), updated1);
+  EXPECT_EQ(gpu.eager_runs() - eager2, 2);
+}
+
+// Milliseconds per step of a launch-bound loop whose length grows by one each step (a
+// decode loop's position; 24 layers, about 100 small kernels per step), with graph updates,
+// eagerly, and replayed at a fixed length: printed for the GPU run's log. No time is
+// asserted (a shared machine); the values are checked against the reference at the end.
+// Under the host emulation (whose times say nothing) it runs 1 layer and 3 steps a mode.
+TEST(CudaRuntime, GrowingLengthLoopTimings) {
+  LUMINAL_REQUIRE_GPU();
+  const bool emulated = fake_device();
+  const int layers = emulated ? 1 : 24, steps = emulated ? 3 : 60;
+  luminal::Graph cx;
+  Expression n = Expression::var("n");
+  auto x = cx.tensor({n, 64});
+  std::vector<GraphTensor> weights;
+  GraphTensor h = x;
+  for (int layer = 0; layer < layers; ++layer) {
+    auto w = cx.tensor({64}).persist();
+    weights.push_back(w);
+    auto attention = (h * w.expand_dim(0, n)).sum({1}).softmax(0);  // over the growing axis
+    h = h * 0.75 + attention.expand_dim(1, 64) * h;
+  }
+  auto out = h.sum({0}).output();
+  std::vector<NodeId> ids(cx.size());
+  for (NodeId i = 0; i < ids.size(); ++i) ids[i] = i;
+  cuda::CudaRuntime rt;
+  rt.load(cx, ids);  // the program as written (fused by the runtime's fuse_program), no search
+  ReferenceRuntime ref;
+  ref.load(cx, ids);
+  for (size_t l = 0; l < weights.size(); ++l) {
+    HostTensor wv = varied(DType::F32, 64, 500 + static_cast<uint32_t>(l), false);
+    rt.set_data(weights[l], wv);
+    ref.set_data(weights[l], wv);
+  }
+  auto step = [&](int64_t len) {
+    rt.set_data(x, varied(DType::F32, static_cast<size_t>(len) * 64, static_cast<uint32_t>(len), false));
+    rt.execute({{"n", len}});
+  };
+  auto ms_per_step = [&](int64_t first, int steps, bool grow) {
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int k = 0; k < steps; ++k) step(grow ? first + k : first);
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / steps;
+  };
+  step(63);
+  step(64);
+  const int updated0 = rt.graphs_updated(), captured0 = rt.graphs_captured();
+  const double updates = ms_per_step(65, steps, true);
+  const int updated = rt.graphs_updated() - updated0, captured = rt.graphs_captured() - captured0;
+  rt.set_graphs_enabled(false);
+  const int eager0 = rt.eager_runs();
+  const double eager = ms_per_step(65 + steps, steps, true);
+  EXPECT_EQ(rt.eager_runs() - eager0, steps);
+  rt.set_graphs_enabled(true);
+  const int64_t last = 65 + 2 * steps;
+  const int replays0 = rt.graph_replays();
+  const double replay = ms_per_step(last, steps, false);
+  EXPECT_GE(rt.graph_replays() - replays0, steps - 2);
+  std::printf("growing length (%d layers), ms per step incl. an [n, 64] input upload: graph updates %.3f, eager %.3f, "
+              "replay at a fixed length %.3f; %d graphs updated, %d instantiated over %d new lengths\n",
+              layers, updates, eager, replay, updated, captured, steps);
+  EXPECT_GE(updated, steps - 2);
+  // The last length, against the reference.
+  HostTensor xv = varied(DType::F32, static_cast<size_t>(last) * 64, 7, false);
+  rt.set_data(x, xv);
+  ref.set_data(x, xv);
+  rt.execute({{"n", last}});
+  ref.execute({{"n", last}});
+  expect_outputs_match(rt, ref, {out}, "n " + std::to_string(last), 1e-3);
+}
+
+// A driver that refuses every update (the emulation's LUMINAL_FAKE_CUDA_GRAPH_UPDATE=0
+// answers CUDA_ERROR_NOT_SUPPORTED): each new length instantiates the graph again, and
+// after a few refusals in a row the plan runs new lengths eagerly; results stay right.
+TEST(CudaRuntime, RefusedGraphUpdatesFallBack) {
+  LUMINAL_REQUIRE_GPU();
+  GrowingProgram g;
+  auto gpu = g.cx.compile(cuda::CudaRuntime{}, CompileOptions().search_graph_limit(2).trials(1));
+  auto ref = g.cx.compile(ReferenceRuntime{}, CompileOptions().search_graph_limit(1));
+  HostTensor wv = varied(DType::F32, 5, 4, false);
+  gpu.set_data(g.w, wv);
+  ref.set_data(g.w, wv);
+  ::setenv("LUMINAL_FAKE_CUDA_GRAPH_UPDATE", "0", 1);
+  const int updated0 = gpu.graphs_updated(), eager0 = gpu.eager_runs();
+  run_lengths(g, gpu, ref, {9, 8, 7, 6, 5, 4, 3, 2, 1}, 110);
+  ::unsetenv("LUMINAL_FAKE_CUDA_GRAPH_UPDATE");
+  if (fake_device()) {
+    EXPECT_EQ(gpu.graphs_updated(), updated0);
+    EXPECT_GE(gpu.eager_runs() - eager0, 3);  // the first run, and new lengths once updates stopped
+  }
+}
+
+// A rebound external buffer at the same dims is a new resolution with other pointers: the
+// graph is updated to them, so the outputs land in the new buffer and the old one keeps
+// what the previous run wrote.
+TEST(CudaRuntime, ReboundPointersUpdateTheGraph) {
+  LUMINAL_REQUIRE_GPU();
+  luminal::Graph cx;
+  auto x = cx.tensor({3, 7});
+  auto y = ((x * 3.0 - 1.0) * x).output();
+  auto rt = cx.compile(cuda::CudaRuntime{}, CompileOptions().search_graph_limit(2).trials(1));
+  cuda::Stream stream;
+  std::vector<cuda::DeviceBuffer> ins, outs;
+  std::vector<std::vector<float>> values;
+  for (int b = 0; b < 3; ++b) {
+    ins.emplace_back(21 * sizeof(float));
+    outs.emplace_back(21 * sizeof(float));
+    std::vector<float> v(21);
+    for (int i = 0; i < 21; ++i) v[i] = static_cast<float>((i * (b + 3)) % 11) * 0.75f - 3.25f;
+    ins.back().upload(v, stream.get());
+    outs.back().upload(std::vector<float>(21, -99.0f), stream.get());
+    values.push_back(v);
+  }
+  const int updated0 = rt.graphs_updated(), eager0 = rt.eager_runs();
+  // Buffers 0, 1, 2, then 0 and 1 again (the one resolution of these dims is replaced
+  // each time: same dims, other pointers).
+  bool written[3] = {false, false, false};
+  for (int b : {0, 1, 2, 0, 1}) {
+    rt.bind_device_pointer(x.id(), ins[b].ptr(), ins[b].bytes());
+    rt.bind_device_pointer(y.id(), outs[b].ptr(), outs[b].bytes());
+    rt.execute(cx.dim_map());
+    written[b] = true;
+    // Every buffer bound so far holds its own input's result; the others are untouched.
+    for (int c = 0; c < 3; ++c) {
+      auto got = outs[c].download<float>(stream.get());
+      for (int i = 0; i < 21; ++i) {
+        const float want = written[c] ? (values[c][i] * 3 - 1) * values[c][i] : -99.0f;
+        ASSERT_FLOAT_EQ(got[i], want) << "run on buffer " << b << ": buffer " << c << " element " << i;
+      }
+    }
+  }
+  EXPECT_EQ(rt.eager_runs() - eager0, 1);
+  EXPECT_EQ(rt.graphs_updated() - updated0, 3);  // 2, 0 and 1: 1 made the live graph
+}
+
+// The primitives as the program (no search, nothing fused by it): scalar Constants and
+// Output copies. Constants are computed once at load, and each Output's producer writes
+// the output buffer itself, so neither appears among a run's launches (the profile table,
+// LUMINAL_CUDA_PROFILE=1, lists every launch by op); the values match the reference.
+TEST(CudaRuntime, ConstantsAreComputedOnceAndOutputsWrittenByTheirProducer) {
+  LUMINAL_REQUIRE_GPU();
+  luminal::Graph cx;
+  auto x = cx.tensor({3, 5});
+  auto h = cx.tensor({7}, DType::BF16);
+  // One constant read by two kernels stays its own step (as shared constants in a model do).
+  auto c = cx.constant(-1.25);
+  auto y = (x * 2.5 + c.expand(Shape{3, 5})).output();
+  auto z = (x.t() * c.expand(Shape{5, 3})).output();
+  auto hb = (h * 3.0 + 1.0).output();
+  std::vector<NodeId> ids(cx.size());
+  for (NodeId i = 0; i < ids.size(); ++i) ids[i] = i;
+  ReferenceRuntime ref;
+  ref.load(cx, ids);
+  ::setenv("LUMINAL_CUDA_PROFILE", "1", 1);
+  ::testing::internal::CaptureStderr();
+  {
+    cuda::CudaRuntime rt;
+    rt.load(cx, ids);
+    for (uint32_t run = 0; run < 3; ++run) {
+      for (auto t : {x, h}) {
+        HostTensor v = varied(t.dtype(), static_cast<size_t>(t.numel().eval({})), 200 + run * 2 + (t.id() == h.id()), true);
+        rt.set_data(t, v);
+        ref.set_data(t, v);
+      }
+      rt.execute({});
+      ref.execute({});
+      expect_outputs_match(rt, ref, {y, z, hb}, "run " + std::to_string(run), 1e-6);
+    }
+  }  // the profile table prints here
+  const std::string table = ::testing::internal::GetCapturedStderr();
+  ::unsetenv("LUMINAL_CUDA_PROFILE");
+  ASSERT_NE(table.find("cuda profile:"), std::string::npos) << table;
+  std::istringstream lines(table);
+  int launches = 0;
+  for (std::string line; std::getline(lines, line);) {
+    // "    0.0123   12.5%        3  Fused[Constant,Mul] [3x5]": ms, share, calls, op.
+    std::istringstream fields(line);
+    double ms = 0;
+    std::string share, op;
+    long calls = 0;
+    if (!(fields >> ms >> share >> calls)) continue;
+    std::getline(fields >> std::ws, op);
+    ++launches;
+    EXPECT_NE(op.rfind("Constant", 0), 0u) << "a constant launched at every run: " << line;
+    EXPECT_NE(op.rfind("Output", 0), 0u) << "an output copied at every run: " << line;
+  }
+  EXPECT_GE(launches, 3) << table;
+}
+
+// An output bound over an input's memory: the producer must not write it while it still
+// reads the input (here through a transpose), so the Output keeps its copy.
+TEST(CudaRuntime, OutputBoundOverItsInputStaysCorrect) {
+  LUMINAL_REQUIRE_GPU();
+  luminal::Graph cx;
+  auto x = cx.tensor({4, 4});
+  auto y = (x.t() * 2.0 - x).output();
+  auto rt = cx.compile(cuda::CudaRuntime{}, CompileOptions().search_graph_limit(2).trials(1));
+  std::vector<float> v(16);
+  for (int i = 0; i < 16; ++i) v[i] = static_cast<float>((i * 7) % 13) - 6.5f;
+  cuda::DeviceBuffer both(16 * sizeof(float));
+  cuda::Stream stream;
+  for (int run = 0; run < 3; ++run) {
+    both.upload(v, stream.get());
+    rt.bind_device_pointer(x.id(), both.ptr(), both.bytes());
+    rt.bind_device_pointer(y.id(), both.ptr(), both.bytes());
+    rt.execute(cx.dim_map());
+    auto got = both.download<float>(stream.get());
+    for (int i = 0; i < 4; ++i)
+      for (int j = 0; j < 4; ++j)
+        ASSERT_FLOAT_EQ(got[i * 4 + j], v[j * 4 + i] * 2 - v[i * 4 + j]) << "run " << run << " " << i << "," << j;
+    for (int i = 0; i < 16; ++i) v[i] = -v[i] * 0.5f + static_cast<float>(i % 3);
+  }
 }
 
 TEST(CudaRuntime, StateUpdatesStayOnTheDevice) {

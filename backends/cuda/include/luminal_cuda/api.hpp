@@ -22,9 +22,21 @@ using CUstream = struct CUstream_st*;
 using CUevent = struct CUevent_st*;
 using CUgraph = struct CUgraph_st*;
 using CUgraphExec = struct CUgraphExec_st*;
+using CUgraphNode = struct CUgraphNode_st*;
+// What cuGraphExecUpdate says about an update it refused (CUgraphExecUpdateResultInfo).
+struct CUgraphExecUpdateResultInfo {
+  int result = 0;  // CUgraphExecUpdateResult
+  CUgraphNode errorNode = nullptr;
+  CUgraphNode errorFromNode = nullptr;
+};
 
 inline constexpr CUresult CUDA_SUCCESS = 0;
 inline constexpr CUresult CUDA_ERROR_NO_DEVICE = 100;
+inline constexpr CUresult CUDA_ERROR_NOT_SUPPORTED = 801;
+inline constexpr CUresult CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE = 910;
+inline constexpr int CU_GRAPH_EXEC_UPDATE_SUCCESS = 0;
+inline constexpr int CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED = 2;
+inline constexpr int CU_GRAPH_EXEC_UPDATE_ERROR_ATTRIBUTES_CHANGED = 8;
 inline constexpr int CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT = 16;
 inline constexpr int CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE = 38;
 inline constexpr int CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR = 75;
@@ -36,7 +48,8 @@ inline constexpr unsigned CU_EVENT_DEFAULT = 0;
 inline constexpr int CU_STREAM_CAPTURE_MODE_RELAXED = 2;
 
 // X-macro: name in the table, symbol looked up with dlsym (alternatives separated by
-// '|', newest first), signature. One row per call.
+// '|', newest first), signature. One row per call. A leading '?' marks an optional
+// symbol: when missing, its slot stays null and the library still loads (callers check).
 #define LUMINAL_CUDA_DRIVER_FUNCTIONS(X)                                                        \
   X(cuInit, "cuInit", CUresult(unsigned))                                                       \
   X(cuDriverGetVersion, "cuDriverGetVersion", CUresult(int*))                                  \
@@ -79,7 +92,9 @@ inline constexpr int CU_STREAM_CAPTURE_MODE_RELAXED = 2;
     CUresult(CUgraphExec*, CUgraph, unsigned long long))                                        \
   X(cuGraphLaunch, "cuGraphLaunch", CUresult(CUgraphExec, CUstream))                            \
   X(cuGraphExecDestroy, "cuGraphExecDestroy", CUresult(CUgraphExec))                            \
-  X(cuGraphDestroy, "cuGraphDestroy", CUresult(CUgraph))
+  X(cuGraphDestroy, "cuGraphDestroy", CUresult(CUgraph))                                       \
+  X(cuGraphExecUpdate, "?cuGraphExecUpdate_v2",                                                 \
+    CUresult(CUgraphExec, CUgraph, CUgraphExecUpdateResultInfo*))
 
 // ---- NVRTC (libnvrtc.so.13) ----
 using nvrtcResult = int;

@@ -5,8 +5,8 @@
 // matmuls are backend ops with two competing implementations, cuBLASLt and our
 // GEMV/skinny-GEMM kernel, that the search measures. Intermediates live in one device
 // arena per runtime, placed by the memory planner; inputs, weights and KV caches live on
-// the device by external id across runs and plans. A run is captured once as a CUDA
-// graph per (plan, dims, pointers) and replayed. docs/CUDA_BACKEND.md.
+// the device by external id across runs and plans. Runs replay CUDA graphs: a new
+// (dims, pointers) resolution updates the plan's graph in place. docs/CUDA_BACKEND.md.
 #pragma once
 
 #include <memory>
@@ -68,11 +68,18 @@ class CudaRuntime : public Runtime {
   // then launched one by one, easier to debug).
   void set_graphs_enabled(bool enabled);
   bool graphs_enabled() const;
+  // New dims or pointers (a decode step at a new position) update the plan's executable
+  // graph in place (cuGraphExecUpdate) instead of running eagerly: on by default;
+  // LUMINAL_CUDA_GRAPH_UPDATE=0 turns it off (then a resolution is captured on its second run).
+  void set_graph_updates_enabled(bool enabled);
+  bool graph_updates_enabled() const;
 
   // Counters for tests and logs.
   int64_t last_arena_bytes() const;
-  int graphs_captured() const;    // CUDA graphs captured by this runtime
-  int graph_replays() const;      // runs that replayed a captured graph
+  int graphs_captured() const;    // executable CUDA graphs instantiated by this runtime
+  int graphs_updated() const;     // executable graphs updated in place to a new resolution's launches
+  int graph_replays() const;      // runs that replayed a graph as it was
+  int eager_runs() const;         // runs that launched their ops one by one (graphs off or not yet worth it)
   int kernels_compiled() const;   // NVRTC compilations by this runtime and its copies (cache misses)
   const DeviceInfo& device_info() const;
 

@@ -133,6 +133,44 @@ class Graph {
   api::CUgraphExec exec_ = nullptr;
 };
 
+// A stream capture not yet instantiated: the template an executable graph is made from
+// (GraphExec) or updated with (GraphExec::update). Capturing records launches without
+// running them, which costs far less than instantiating.
+class CapturedGraph {
+ public:
+  CapturedGraph(StreamHandle stream, const std::function<void()>& enqueue);
+  ~CapturedGraph();
+  CapturedGraph(const CapturedGraph&) = delete;
+  CapturedGraph& operator=(const CapturedGraph&) = delete;
+  api::CUgraph get() const { return graph_; }
+
+ private:
+  api::CUgraph graph_ = nullptr;
+};
+
+// An executable graph. update() re-points it at another capture of the same shape (same
+// nodes in the same order, other grids, arguments, sizes), far cheaper than instantiating.
+class GraphExec {
+ public:
+  explicit GraphExec(const CapturedGraph& graph);
+  ~GraphExec();
+  GraphExec(const GraphExec&) = delete;
+  GraphExec& operator=(const GraphExec&) = delete;
+  void launch(StreamHandle stream) const;
+  // cuGraphExecUpdate: true when this executable now runs `graph`'s parameters. False,
+  // with `why` ("topology changed", "driver has no cuGraphExecUpdate", ...), when the
+  // update is refused (a node added, removed or of another type; an unsupported change);
+  // the executable must then be instantiated again from `graph`. Other driver failures
+  // throw luminal::Error naming the call.
+  bool update(const CapturedGraph& graph, std::string* why = nullptr);
+
+ private:
+  api::CUgraphExec exec_ = nullptr;
+};
+
+// Whether the driver offers cuGraphExecUpdate (CUDA 12 drivers do).
+bool graph_update_available();
+
 // Time `enqueue` with events: `warmup` untimed runs, then `repetitions` timed runs of
 // `enqueue` back to back (or of one graph holding them when `use_graph`); returns the
 // median milliseconds per call over `samples` such timings.

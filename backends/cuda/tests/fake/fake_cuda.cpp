@@ -6,6 +6,8 @@
 //
 // - Memory is host memory; every call runs synchronously on the calling thread, or is
 //   recorded while its stream is being captured and run when the graph is launched.
+//   cuGraphExecUpdate takes a capture with the same nodes (count and types) and refuses
+//   any other, as CUDA does for a topology change.
 // - NVRTC "compiles" to an image holding the source. Loading a module compiles the
 //   kernel IR's emitted CUDA as C++ with the system compiler under an emulation of the
 //   execution model (a thread per CUDA thread, a barrier per warp for shuffles and one per
@@ -47,18 +49,39 @@ std::recursive_mutex& big_lock() {
 }
 
 // ---- streams, capture, graphs ----
+// A captured node's type: cuGraphExecUpdate refuses a graph whose nodes differ in number
+// or type from the executable's, as CUDA does (a kernel's function, grid and arguments,
+// a copy's or memset's pointers and size may change).
+enum class NodeType { Kernel, Memcpy, Memset, Event };
+struct Node {
+  NodeType type = NodeType::Kernel;
+  std::function<void()> run;
+};
 struct Stream {
   bool capturing = false;
-  std::vector<std::function<void()>> recorded;
+  std::vector<Node> recorded;
 };
 struct FakeGraph {
-  std::vector<std::function<void()>> ops;
+  std::vector<Node> nodes;
 };
 
-void submit(CUstream s, std::function<void()> op) {
+void submit(CUstream s, NodeType type, std::function<void()> op) {
   auto* stream = reinterpret_cast<Stream*>(s);
-  if (stream && stream->capturing) stream->recorded.push_back(std::move(op));
+  if (stream && stream->capturing) stream->recorded.push_back({type, std::move(op)});
   else op();
+}
+
+// What the emulation did, for its own log (LUMINAL_FAKE_CUDA_STATS=1 prints it at exit).
+struct FakeStats {
+  long captures = 0, instantiations = 0, updates = 0;
+  ~FakeStats() {
+    if (const char* v = std::getenv("LUMINAL_FAKE_CUDA_STATS"); v && std::strcmp(v, "1") == 0)
+      std::fprintf(stderr, "fake cuda: %ld captures, %ld instantiations, %ld updates\n", captures, instantiations, updates);
+  }
+};
+FakeStats& fake_stats() {
+  static FakeStats stats;
+  return stats;
 }
 
 void* host(CUdeviceptr p) { return reinterpret_cast<void*>(static_cast<uintptr_t>(p)); }
@@ -378,19 +401,19 @@ CUresult cuMemFree_v2(CUdeviceptr p) {
 CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void* src, size_t n, CUstream s) {
   // Host memory may change after the call: a captured copy would read it at launch, as CUDA
   // does for pageable memory (the runtime never captures one).
-  submit(s, [=] { std::memcpy(host(dst), src, n); });
+  submit(s, NodeType::Memcpy, [=] { std::memcpy(host(dst), src, n); });
   return CUDA_SUCCESS;
 }
 CUresult cuMemcpyDtoHAsync_v2(void* dst, CUdeviceptr src, size_t n, CUstream s) {
-  submit(s, [=] { std::memcpy(dst, host(src), n); });
+  submit(s, NodeType::Memcpy, [=] { std::memcpy(dst, host(src), n); });
   return CUDA_SUCCESS;
 }
 CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s) {
-  submit(s, [=] { std::memmove(host(dst), host(src), n); });
+  submit(s, NodeType::Memcpy, [=] { std::memmove(host(dst), host(src), n); });
   return CUDA_SUCCESS;
 }
 CUresult cuMemsetD8Async(CUdeviceptr p, unsigned char v, size_t n, CUstream s) {
-  submit(s, [=] { std::memset(host(p), v, n); });
+  submit(s, NodeType::Memset, [=] { std::memset(host(p), v, n); });
   return CUDA_SUCCESS;
 }
 CUresult cuStreamCreate(CUstream* s, unsigned) {
@@ -415,7 +438,7 @@ CUresult cuEventDestroy_v2(CUevent e) {
 }
 CUresult cuEventRecord(CUevent e, CUstream s) {
   auto* t = reinterpret_cast<std::chrono::steady_clock::time_point*>(e);
-  submit(s, [t] { *t = std::chrono::steady_clock::now(); });
+  submit(s, NodeType::Event, [t] { *t = std::chrono::steady_clock::now(); });
   return CUDA_SUCCESS;
 }
 CUresult cuEventSynchronize(CUevent) { return CUDA_SUCCESS; }
@@ -462,7 +485,7 @@ CUresult cuLaunchKernel(CUfunction fn, unsigned gx, unsigned gy, unsigned gz, un
     std::vector<CUdeviceptr> args(static_cast<size_t>(f.nargs));
     for (int i = 0; i < f.nargs; ++i) std::memcpy(&args[static_cast<size_t>(i)], params[i], sizeof(CUdeviceptr));
     auto launch = f.launch;
-    submit(s, [launch, args, gx, bx]() mutable {
+    submit(s, NodeType::Kernel, [launch, args, gx, bx]() mutable {
       std::lock_guard lock(big_lock());
       std::vector<void*> a;
       for (auto& p : args) a.push_back(host(p));
@@ -474,7 +497,7 @@ CUresult cuLaunchKernel(CUfunction fn, unsigned gx, unsigned gy, unsigned gz, un
     for (int i = 0; i < 5; ++i) std::memcpy(&p[i], params[i], sizeof(CUdeviceptr));
     for (int i = 0; i < 3; ++i) std::memcpy(&sizes[i], params[5 + i], sizeof(int));
     const Kind k = f.dtype;
-    submit(s, [=] { host_gemv(k, p, sizes); });
+    submit(s, NodeType::Kernel, [=] { host_gemv(k, p, sizes); });
   } else {
     CUdeviceptr out;
     long long n;
@@ -485,7 +508,7 @@ CUresult cuLaunchKernel(CUfunction fn, unsigned gx, unsigned gy, unsigned gz, un
     std::memcpy(&seed, params[2], 4);
     std::memcpy(&scale, params[3], 4);
     const Kind k = f.dtype;
-    submit(s, [=] {
+    submit(s, NodeType::Kernel, [=] {
       for (long long i = 0; i < n; ++i) {
         uint32_t h = static_cast<uint32_t>(i) * 2654435761u ^ seed * 40503u;
         h ^= h >> 13;
@@ -509,18 +532,46 @@ CUresult cuStreamEndCapture(CUstream s, CUgraph* g) {
   if (!stream || !stream->capturing) return 901;
   stream->capturing = false;
   *g = reinterpret_cast<CUgraph>(new FakeGraph{std::move(stream->recorded)});
+  ++fake_stats().captures;
   stream->recorded.clear();
   return CUDA_SUCCESS;
 }
 CUresult cuGraphInstantiateWithFlags(CUgraphExec* e, CUgraph g, unsigned long long) {
   *e = reinterpret_cast<CUgraphExec>(new FakeGraph(*reinterpret_cast<FakeGraph*>(g)));
+  ++fake_stats().instantiations;
   return CUDA_SUCCESS;
 }
 CUresult cuGraphLaunch(CUgraphExec e, CUstream s) {
   auto* graph = reinterpret_cast<FakeGraph*>(e);
-  submit(s, [graph] {
-    for (auto& op : graph->ops) op();
+  // The nodes as they are now: an update after this launch must not change what it runs.
+  submit(s, NodeType::Kernel, [nodes = graph->nodes] {
+    for (auto& node : nodes) node.run();
   });
+  return CUDA_SUCCESS;
+}
+// Refuses (CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE) a graph whose node count or node types
+// differ; LUMINAL_FAKE_CUDA_GRAPH_UPDATE=0 answers CUDA_ERROR_NOT_SUPPORTED, as a driver
+// that cannot update would, so the runtime's fallback is tested.
+CUresult cuGraphExecUpdate_v2(CUgraphExec e, CUgraph g, CUgraphExecUpdateResultInfo* info) {
+  auto* exec = reinterpret_cast<FakeGraph*>(e);
+  const auto* graph = reinterpret_cast<const FakeGraph*>(g);
+  if (!exec || !graph || !info) return 1;  // CUDA_ERROR_INVALID_VALUE
+  *info = CUgraphExecUpdateResultInfo{};
+  if (const char* v = std::getenv("LUMINAL_FAKE_CUDA_GRAPH_UPDATE"); v && std::strcmp(v, "0") == 0) {
+    info->result = 1;  // CU_GRAPH_EXEC_UPDATE_ERROR
+    return CUDA_ERROR_NOT_SUPPORTED;
+  }
+  if (exec->nodes.size() != graph->nodes.size()) {
+    info->result = CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED;
+    return CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE;
+  }
+  for (size_t k = 0; k < graph->nodes.size(); ++k)
+    if (exec->nodes[k].type != graph->nodes[k].type) {
+      info->result = 3;  // CU_GRAPH_EXEC_UPDATE_ERROR_NODE_TYPE_CHANGED
+      return CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE;
+    }
+  exec->nodes = graph->nodes;
+  ++fake_stats().updates;
   return CUDA_SUCCESS;
 }
 CUresult cuGraphExecDestroy(CUgraphExec e) {
@@ -644,7 +695,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t d, const vo
   const int64_t opb_cols = static_cast<int64_t>(desc.transb == CUBLAS_OP_N ? B.cols : B.rows);
   if (opa_rows != m || opb_rows != k || opb_cols != n) return 7;  // CUBLAS_STATUS_INVALID_VALUE
   if (A.ld < static_cast<int64_t>(A.rows) || B.ld < static_cast<int64_t>(B.rows) || D.ld < m) return 7;
-  submit(s, [=] {
+  submit(s, NodeType::Kernel, [=] {
     for (int32_t batch = 0; batch < D.batch; ++batch) {
       const int64_t ao = batch * A.stride, bo = batch * B.stride, co = batch * C.stride, dout = batch * D.stride;
       for (int64_t i = 0; i < m; ++i)
