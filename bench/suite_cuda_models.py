@@ -112,6 +112,8 @@ def write_model(model_dir: Path, config: dict):
         if shard_bytes >= 4 << 30:
             flush()
     flush()
+    del gen
+    torch.cuda.empty_cache()
     (model_dir / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": index}))
     (model_dir / "done").write_text("ok")
 
@@ -178,14 +180,57 @@ def luminal_run(binary: Path, model_dir: Path, prompt: str, cache_dir: Path, sea
             "generated": generated[-1] if generated else None, "wall_s": round(wall, 2)}
 
 
-def torch_peers(model_dir: Path, prompt: str, deadline: float):
+class _Saved(dict):
+    """Results written to a file as each arrives, so a peer run killed at the budget still
+    reports what it measured."""
+
+    def __init__(self, path):
+        super().__init__(notes=[])
+        self.path = path
+
+    def __setitem__(self, key, value):
+        super().__setitem__(key, value)
+        self.save()
+
+    def note(self, text):
+        self["notes"].append(text)
+        self.save()
+
+    def save(self):
+        if self.path:
+            Path(self.path).write_text(json.dumps(self))
+
+
+def run_peers(model_dir: Path, prompt: str, deadline: float):
+    """torch_peers in a child process, killed at the deadline; returns what it measured."""
+    with tempfile.TemporaryDirectory(prefix="suite_cuda_models_") as tmp:
+        out, prompt_file = Path(tmp) / "peers.json", Path(tmp) / "prompt.txt"
+        prompt_file.write_text(prompt)
+        cmd = [sys.executable, __file__, "--peers-only", str(out), "--model-dir", str(model_dir),
+               "--prompt-file", str(prompt_file), "--budget-s", str(max(deadline - time.time() - 20, 10))]
+        try:
+            subprocess.run(cmd, timeout=max(deadline - time.time(), 15))
+            killed = None
+        except subprocess.TimeoutExpired:
+            killed = "peers stopped at the time budget"
+        res = json.loads(out.read_text()) if out.exists() else {"notes": []}
+    notes = res.pop("notes", [])
+    if killed:
+        notes.append(killed)
+    return res, notes
+
+
+def torch_peers(model_dir: Path, prompt: str, deadline: float, out_path=None):
     """TTFT and TPOT of HF transformers on the same weights: eager and torch.compile."""
     import torch
     from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
     tok = PreTrainedTokenizerFast(tokenizer_file=str(model_dir / "tokenizer.json"))
     ids = torch.tensor([tok(prompt).input_ids], device="cuda")
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.bfloat16).cuda().eval()
-    res, notes = {}, []
+    try:  # straight onto the GPU (accelerate), else through host memory
+        model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.bfloat16, device_map="cuda").eval()
+    except (ImportError, ValueError, TypeError):
+        model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.bfloat16).cuda().eval()
+    res = _Saved(out_path)
 
     def cuda_ms(fn, reps=5):
         times = []
@@ -224,8 +269,10 @@ def torch_peers(model_dir: Path, prompt: str, deadline: float):
                 res["compile_s_torch"] = time.perf_counter() - t0
                 res["ttft_compile"] = cuda_ms(lambda: compiled(ids))
             except Exception as e:  # noqa: BLE001 - report, keep going
-                notes.append(f"torch.compile prefill failed: {type(e).__name__}: {str(e)[:200]}")
+                res.note(f"torch.compile prefill failed: {type(e).__name__}: {str(e)[:200]}")
             torch._dynamo.reset()
+        else:
+            res.note("torch.compile prefill skipped: time budget")
 
         if time.time() < deadline:
             try:  # decode: torch.compile(mode="reduce-overhead") over a static cache (CUDA graphs)
@@ -253,10 +300,12 @@ def torch_peers(model_dir: Path, prompt: str, deadline: float):
                     one(1)
                 res["tpot_compile"] = cuda_ms(lambda: one(8), reps=3) / 8
             except Exception as e:  # noqa: BLE001
-                notes.append(f"torch.compile decode failed: {type(e).__name__}: {str(e)[:200]}")
+                res.note(f"torch.compile decode failed: {type(e).__name__}: {str(e)[:200]}")
+        else:
+            res.note("torch.compile decode skipped: time budget")
     del model
     torch.cuda.empty_cache()
-    return res, notes
+    return res
 
 
 def main():
@@ -266,7 +315,13 @@ def main():
     ap.add_argument("--quick", action="store_true", help="2 layers instead of 32 (a smoke run)")
     ap.add_argument("--budget-s", type=float, default=420)
     ap.add_argument("--search-seconds", type=float, default=10)
+    ap.add_argument("--peers-only", help=argparse.SUPPRESS)  # internal: the peers' child process
+    ap.add_argument("--prompt-file", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.peers_only:
+        torch_peers(Path(args.model_dir), Path(args.prompt_file).read_text(), time.time() + args.budget_s,
+                    args.peers_only)
+        return 0
     deadline = time.time() + args.budget_s
     import torch
     if not torch.cuda.is_available():
@@ -307,7 +362,7 @@ def main():
         except Exception as e:  # noqa: BLE001 - the peers still run and the failure is printed
             error = f"{type(e).__name__}: {e}"[:2000]
             log(error)
-    peers, notes = torch_peers(model_dir, prompt, deadline) if time.time() < deadline else ({}, ["no time left"])
+    peers, notes = run_peers(model_dir, prompt, deadline) if time.time() < deadline - 30 else ({}, ["no time left"])
     log(f"peers: {peers} {notes}")
 
     def line(name, value, unit, peer_map, **extra):
