@@ -141,6 +141,14 @@ std::string json_escape(const std::string& s) {
   return out;
 }
 
+// A JSON number, or null where a time is missing (a profile that timed out).
+std::string json_number(double v, const char* format = "%.3f") {
+  if (!std::isfinite(v)) return "null";
+  char buf[64];
+  std::snprintf(buf, sizeof buf, format, v);
+  return buf;
+}
+
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
@@ -208,7 +216,7 @@ int main(int argc, char** argv) {
     // warm-ups replay the same graph).
     std::vector<double> event_us;
     for (int i = 0; i < std::max(3, runs / 5); ++i)
-      event_us.push_back(rt.profile(dims, ProfileOptions{0, 1, std::chrono::duration<double>(5.0)}).seconds * 1e6);
+      event_us.push_back(rt.profile(dims, ProfileOptions{0, 1, std::chrono::duration<double>(60.0)}).seconds * 1e6);
 
     const std::vector<float> got = rt.get(m.out).to_f32();
     const std::vector<double> want = reference(m, dense, sparse, batch);
@@ -217,11 +225,13 @@ int main(int argc, char** argv) {
       max_diff = std::max(max_diff, std::isfinite(got[i]) ? std::abs(got[i] - want[i]) : INFINITY);
     const bool ok = max_diff <= 1e-4;
     std::printf(
-        "{\"case\": \"mini_dlrm\", \"batch\": %lld, \"host_us\": %.3f, \"event_us\": %.3f, \"host_min_us\": %.3f, "
-        "\"compile_s\": %.3f, \"max_abs_diff\": %.3g, \"graphs_captured\": %d, \"graph_replays\": %d, "
+        "{\"case\": \"mini_dlrm\", \"batch\": %lld, \"host_us\": %s, \"event_us\": %s, \"host_min_us\": %s, "
+        "\"compile_s\": %.3f, \"max_abs_diff\": %s, \"graphs_captured\": %d, \"graph_replays\": %d, "
         "\"kernels_compiled\": %d, \"ok\": %s}\n",
-        static_cast<long long>(batch), median(host_us), median(event_us), *std::min_element(host_us.begin(), host_us.end()),
-        compile_s, max_diff, rt.graphs_captured(), rt.graph_replays(), rt.kernels_compiled(), ok ? "true" : "false");
+        static_cast<long long>(batch), json_number(median(host_us)).c_str(), json_number(median(event_us)).c_str(),
+        json_number(*std::min_element(host_us.begin(), host_us.end())).c_str(), compile_s,
+        json_number(max_diff, "%.3g").c_str(), rt.graphs_captured(), rt.graph_replays(), rt.kernels_compiled(),
+        ok ? "true" : "false");
     std::fflush(stdout);
     if (!ok) std::fprintf(stderr, "dlrm_cuda: output differs from the host reference by %g\n", max_diff);
     return ok ? 0 : 1;
