@@ -29,7 +29,11 @@
 #include "luminal_cuda/cuda_runtime.hpp"
 #include "luminal_cuda/device.hpp"
 
+#include "bench_json.hpp"
+
 using namespace luminal;
+using cuda::bench::json_escape;
+using cuda::bench::json_number;
 using Clock = std::chrono::steady_clock;
 
 namespace {
@@ -130,23 +134,6 @@ double arg(int argc, char** argv, const char* name, double fallback) {
   for (int i = 1; i + 1 < argc; ++i)
     if (std::strcmp(argv[i], name) == 0) return std::atof(argv[i + 1]);
   return fallback;
-}
-
-std::string json_escape(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    if (c == '"' || c == '\\') out += '\\';
-    out += (c == '\n' || c == '\t') ? ' ' : c;
-  }
-  return out;
-}
-
-// A JSON number, or null where a time is missing (a profile that timed out).
-std::string json_number(double v, const char* format = "%.3f") {
-  if (!std::isfinite(v)) return "null";
-  char buf[64];
-  std::snprintf(buf, sizeof buf, format, v);
-  return buf;
 }
 
 double median(std::vector<double> v) {
