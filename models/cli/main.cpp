@@ -13,7 +13,9 @@
 
 #include <nlohmann/json.hpp>
 
+#ifdef LUMINAL_HAVE_CPU  // set where the CPU backend is built (models/CMakeLists.txt)
 #include "luminal/cpu/cpu_runtime.hpp"
+#endif
 #ifdef LUMINAL_HAVE_CUDA  // set where the CUDA backend is built (backends/cuda/CMakeLists.txt)
 #include "luminal_cuda/cuda_runtime.hpp"
 #endif
@@ -130,8 +132,12 @@ luminal::models::Generator compile_for(luminal::models::CausalLM model, const st
                                        luminal::CompileOptions options) {
   using luminal::models::Generator;
   if (device == "cpu") {
+#ifdef LUMINAL_HAVE_CPU
     options = model.with_prefill_plan(std::move(options));
     return Generator::compile(std::move(model), luminal::cpu::CpuRuntime{}, options);
+#else
+    luminal::fail("--device cpu: this build has no CPU backend (built with LUMINAL_BUILD_CPU=OFF)");
+#endif
   }
   if (device == "reference") return Generator::compile(std::move(model), luminal::ReferenceRuntime{}, options);
 #ifdef LUMINAL_HAVE_CUDA

@@ -31,6 +31,8 @@
 #include "luminal_cuda/device.hpp"
 #include "luminal_cuda/kernels.hpp"
 
+#include "bench_json.hpp"
+
 using namespace luminal;
 using Clock = std::chrono::steady_clock;
 
@@ -186,7 +188,7 @@ int main(int argc, char** argv) {
     std::fflush(stdout);
     return finite ? 0 : 1;
   } catch (const std::exception& e) {
-    std::printf("{\"case\": \"llama3_8b_decode\", \"error\": \"%s\"}\n", e.what());
+    std::printf("{\"case\": \"llama3_8b_decode\", \"error\": \"%s\"}\n", cuda::bench::json_escape(e.what()).c_str());
     std::fprintf(stderr, "decode_cuda: %s\n", e.what());
     return 1;
   }
