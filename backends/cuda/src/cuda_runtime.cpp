@@ -1276,13 +1276,22 @@ ProfileResult CudaRuntime::profile(const DimMap& dims, const ProfileOptions& o) 
   auto& s = *state_;
   s.shared->context->make_current();
   ProfileResult result;
-  const auto start = clock::now();
-  set_deadline(start + std::chrono::duration_cast<clock::duration>(o.timeout));
+  // The timeout bounds the timed runs. The warm-ups pay one-time costs (resolution,
+  // cuBLASLt heuristics, arena and workspace allocation, graph capture) that grow with the
+  // model, not with the candidate's speed: a Llama-3-8B layer at a 512-token prefill spent
+  // its whole second there, so every candidate "timed out" and the search kept the
+  // unrewritten program. They get a deadline of their own, 20x the timeout (at least 30 s).
+  auto warm_start = clock::now();
+  set_deadline(warm_start + std::chrono::duration_cast<clock::duration>(
+                                std::max<std::chrono::duration<double>>(o.timeout * 20, std::chrono::seconds(30))));
   double best = std::numeric_limits<double>::infinity();
+  auto start = warm_start;
   try {
     // Two warm-up runs at least: the first resolves (and compiles anything left), the
     // second captures the graph; trials replay it, timed with events on the stream.
     for (int t = 0; t < std::max(o.warmup, 2); ++t) run(active_slot(), dims);
+    start = clock::now();
+    set_deadline(start + std::chrono::duration_cast<clock::duration>(o.timeout));
     Event begin, end;
     for (int t = 0; t < std::max(o.trials, 1); ++t) {
       if (clock::now() - start > o.timeout) {
