@@ -193,25 +193,24 @@ bool GraphExec::update(const CapturedGraph& graph, std::string* why) {
   api::CUgraphExecUpdateResultInfo info;
   const api::CUresult r = driver.cuGraphExecUpdate(exec_, graph.get(), &info);
   if (r == api::CUDA_SUCCESS && info.result == api::CU_GRAPH_EXEC_UPDATE_SUCCESS) return true;
-  if (r == api::CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE) {
-    if (why) {
-      static const char* const reasons[] = {"success",          "error",           "topology changed",
-                                            "node type changed", "function changed", "parameters changed",
-                                            "not supported",     "unsupported function change",
-                                            "attributes changed"};
-      const bool known = info.result >= 0 && info.result < static_cast<int>(std::size(reasons));
-      *why = known ? reasons[info.result] : "update result " + std::to_string(info.result);
+  if (!why) return false;
+  static const char* const reasons[] = {"success",          "error",           "topology changed",
+                                        "node type changed", "function changed", "parameters changed",
+                                        "not supported",     "unsupported function change",
+                                        "attributes changed"};
+  const bool known = info.result >= 0 && info.result < static_cast<int>(std::size(reasons));
+  const std::string reason = known ? reasons[info.result] : "update result " + std::to_string(info.result);
+  if (r == api::CUDA_SUCCESS || r == api::CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE) {
+    *why = reason;
+  } else {
+    // Any other status (CUDA_ERROR_NOT_SUPPORTED, ...) is answered by instantiating, which
+    // throws in turn if the context itself is broken; the message names the status.
+    try {
+      api::check(r, "cuGraphExecUpdate");
+    } catch (const Error& e) {
+      *why = std::string(e.what()) + " (" + reason + ")";
     }
-    return false;
   }
-  // Not an update constraint: a driver that cannot update this graph at all
-  // (CUDA_ERROR_NOT_SUPPORTED) is answered by instantiating; anything else is an error.
-  if (r == api::CUDA_ERROR_NOT_SUPPORTED) {
-    if (why) *why = "cuGraphExecUpdate not supported";
-    return false;
-  }
-  api::check(r, "cuGraphExecUpdate");
-  if (why) *why = "update result " + std::to_string(info.result);
   return false;
 }
 

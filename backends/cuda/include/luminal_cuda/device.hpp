@@ -158,10 +158,10 @@ class GraphExec {
   GraphExec& operator=(const GraphExec&) = delete;
   void launch(StreamHandle stream) const;
   // cuGraphExecUpdate: true when this executable now runs `graph`'s parameters. False,
-  // with `why` ("topology changed", "driver has no cuGraphExecUpdate", ...), when the
-  // update is refused (a node added, removed or of another type; an unsupported change);
-  // the executable must then be instantiated again from `graph`. Other driver failures
-  // throw luminal::Error naming the call.
+  // with `why` ("topology changed", "the driver has no cuGraphExecUpdate", the failing
+  // status's name), when the update is refused (a node added, removed or of another type;
+  // an unsupported change) or fails: the executable must then be instantiated again from
+  // `graph` (which throws, naming the call, if the context itself is broken).
   bool update(const CapturedGraph& graph, std::string* why = nullptr);
 
  private:
