@@ -6,7 +6,8 @@
 // both in parallel; then tasks over (batch, block of kMcRows rows, range of B panels)
 // run the micro-kernel over their tiles, B panel outer so it stays in L1 while the A
 // panels stream from L2. The epilogue runs on each tile after its last depth block,
-// while the tile is still in cache.
+// while the tile is still in cache. A B packed beforehand by pack_b() (a persisted
+// weight) skips the B packing: the same panels, all blocks laid out one after another.
 //
 // GEMV path (m <= kGemvMaxRows): packing B would cost more than using it, so B is read
 // once, in place, split over N across the pool: bandwidth, not FLOPs, bounds it.
