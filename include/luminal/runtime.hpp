@@ -84,6 +84,11 @@ class Runtime {
   virtual std::vector<RuleStage> rule_stages(const CompileOptions& options) const;
   // Host primitives the backend's rule guards call.
   virtual void register_primitives(egraph::EGraph&) const {}
+  // How far this runtime's floating-point results may be from the reference interpreter's
+  // for the same program (relative, as Rule::tolerance): 0 means bit for bit. The rule
+  // verifier accepts that much besides a rule's own tolerance. The CPU backend's F32 exp2
+  // and log2 are float polynomials within 2 ulp of the correctly rounded values.
+  virtual double numeric_tolerance() const { return 0; }
   // Cost of a program before it runs. Default: its buffers, packed by the memory planner.
   virtual CostEstimate estimate(const Graph& program, const DimMap& dims) const;
   // Called with a whole generation of candidate programs before they are loaded one by

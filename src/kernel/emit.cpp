@@ -22,100 +22,63 @@
 namespace luminal::kernel {
 namespace {
 
-struct Dialect {
-  std::string_view includes;   // before anything else
-  std::string_view fn;         // qualifier of helper functions
-  std::string_view f2u, u2f;   // float <-> uint32 bit casts (function names)
-  std::string_view d2u, u2d;   // double <-> uint64 bit casts
-  std::string_view fma;        // #define LM_FMA: a fused multiply-add where the hardware has one
-  std::string_view inf_f, nan_f, inf_d, nan_d;
-  std::string_view report;     // lm_report: the first error claims the record (docs/KERNEL_IR.md)
-  std::string_view warp_helpers;  // lane reductions (CUDA only)
-  bool lanes = false;          // a warp shares one row: top-level reductions and cols stride by 32
-  bool cuda = false;
-};
-
-constexpr Dialect kCpp{
-    "#include <math.h>\n#include <stdint.h>\n",
-    "static inline",
-    "lm_f2u_", "lm_u2f_",
-    "lm_d2u_", "lm_u2d_",
-    "#ifdef __FMA__\n#define LM_FMA(a, b, c) __builtin_fma(a, b, c)\n#else\n#define LM_FMA(a, b, c) ((a) * (b) + (c))\n#endif\n",
-    "__builtin_inff()", "__builtin_nanf(\"\")", "__builtin_inf()", "__builtin_nan(\"\")",
-    R"(LM_FN bool lm_claim(int* err, int code) {
-  int expected = 0;
-  return __atomic_compare_exchange_n(err, &expected, code, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED);
+// exp2 and log2 of F32 values. The CPU evaluates them in float (two ulp, 16 lanes per
+// AVX-512 vector); CUDA keeps the double-precision versions, bit-identical to the reference.
+constexpr std::string_view kExpLog2Float = R"(/* exp2 and log2 of a float, evaluated in float by branch-free polynomials the compiler
+   vectorises (16 lanes with AVX-512; libm's exp2f/log2f are calls, one element at a time).
+   Both are within 2 ulp of the exact value for every float, subnormal results included
+   (CpuTranscendentals tests sweep the bit patterns against double-precision exp2/log2).
+   Special values as IEEE: NaN -> NaN; exp2: -inf -> +0, +inf and overflow -> +inf,
+   underflow -> a subnormal or 0; log2: +-0 -> -inf, x < 0 -> NaN, +inf -> +inf. */
+#ifdef __FMA__
+#define LM_FMAF(a, b, c) __builtin_fmaf(a, b, c)
+#else
+#define LM_FMAF(a, b, c) ((a) * (b) + (c))
+#endif
+LM_FN float lm_exp2f(float x) {
+  x = x < -151.0f ? -151.0f : x; /* 2^-151 rounds to 0 and 2^129 to inf; NaN passes */
+  x = x > 129.0f ? 129.0f : x;
+  const float shifter = 12582912.0f; /* 1.5 * 2^23: adding it rounds to an integer */
+  const float t = x + shifter;
+  const float f = x - (t - shifter); /* in [-0.5, 0.5], exact */
+  /* 2^f: degree-6 minimax polynomial (relative error 2e-9). */
+  float p = 1.534580806037411e-4f;
+  p = LM_FMAF(p, f, 1.3399930903688073e-3f);
+  p = LM_FMAF(p, f, 9.618489071726799e-3f);
+  p = LM_FMAF(p, f, 5.550328642129898e-2f);
+  p = LM_FMAF(p, f, 0.24022646248340607f);
+  p = LM_FMAF(p, f, 0.6931471824645996f);
+  p = LM_FMAF(p, f, 1.0f);
+  /* 2^n as two normal factors 2^(n/2), so the only rounding of a subnormal or overflowing
+     result is the last product's. */
+  const int n = (int)(LM_F2U(t) - LM_F2U(shifter));
+  const int n1 = n / 2, n2 = n - n1;
+  return p * LM_U2F((unsigned)(n1 + 127) << 23) * LM_U2F((unsigned)(n2 + 127) << 23);
 }
-)",
-    "",
-    false,
-    false,
-};
-
-constexpr Dialect kCuda{
-    "",
-    "static __device__ __forceinline__",
-    "__float_as_uint", "__uint_as_float",
-    "(unsigned long long)__double_as_longlong", "lm_u2d_",
-    "#define LM_FMA(a, b, c) fma(a, b, c)\n",
-    "__int_as_float(0x7f800000)", "__int_as_float(0x7fffffff)", "__longlong_as_double(0x7ff0000000000000LL)",
-    "__longlong_as_double(0x7fffffffffffffffLL)",
-    R"(LM_FN bool lm_claim(int* err, int code) { return atomicCAS(err, 0, code) == 0; }
-)",
-    R"(LM_FN double lm_lane_sum(double a) { for (int o = 16; o > 0; o >>= 1) a += __shfl_xor_sync(0xffffffffu, a, o); return a; }
-LM_FN long long lm_lane_sum(long long a) { for (int o = 16; o > 0; o >>= 1) a = (long long)((unsigned long long)a + (unsigned long long)__shfl_xor_sync(0xffffffffu, a, o)); return a; }
-LM_FN float lm_lane_max(float a) { for (int o = 16; o > 0; o >>= 1) a = lm_rmax(a, __shfl_xor_sync(0xffffffffu, a, o)); return a; }
-LM_FN double lm_lane_max(double a) { for (int o = 16; o > 0; o >>= 1) a = lm_rmax(a, __shfl_xor_sync(0xffffffffu, a, o)); return a; }
-LM_FN long long lm_lane_max(long long a) { for (int o = 16; o > 0; o >>= 1) a = lm_rmax(a, __shfl_xor_sync(0xffffffffu, a, o)); return a; }
-)",
-    true,
-    true,
-};
-
-// Helpers shared by both dialects (LM_FN, LM_F2U, LM_U2F, LM_INF* come from the dialect).
-constexpr std::string_view kHelpers = R"(/* Errors: the first claims the record: code, bound site, flat index, flat position. */
-LM_FN void lm_report(int* err, int code, int site, long long index, long long position) {
-  if (!lm_claim(err, code)) return;
-  err[1] = site;
-  err[2] = (int)(unsigned)(unsigned long long)index;
-  err[3] = (int)(unsigned)((unsigned long long)index >> 32);
-  err[4] = (int)(unsigned)(unsigned long long)position;
-  err[5] = (int)(unsigned)((unsigned long long)position >> 32);
-}
-/* 16-bit floats: storage bits <-> float, round to nearest even. */
-LM_FN float lm_f16_to_f32(unsigned short h) {
-  unsigned sign = (unsigned)(h & 0x8000u) << 16, exp = (h >> 10) & 0x1fu, mant = h & 0x3ffu;
-  if (exp == 0) { float v = (float)mant * 5.9604644775390625e-8f; return sign ? -v : v; }
-  if (exp == 31) return LM_U2F(sign | 0x7f800000u | (mant << 13));
-  return LM_U2F(sign | ((exp + 112u) << 23) | (mant << 13));
-}
-LM_FN unsigned short lm_f32_to_f16(float f) {
-  unsigned u = LM_F2U(f), sign = (u >> 16) & 0x8000u, a = u & 0x7fffffffu;
-  if (a > 0x7f800000u) return (unsigned short)(sign | 0x7e00u);
-  if (a >= 0x477ff000u) return (unsigned short)(sign | 0x7c00u);
-  if (a < 0x38800000u) return (unsigned short)(sign | (unsigned)rintf(LM_U2F(a) * 16777216.0f));
-  unsigned r = a - 0x38000000u;
-  return (unsigned short)(sign | ((r + 0xfffu + ((r >> 13) & 1u)) >> 13));
-}
-LM_FN float lm_bf16_to_f32(unsigned short h) { return LM_U2F((unsigned)h << 16); }
-LM_FN unsigned short lm_f32_to_bf16(float f) {
-  unsigned u = LM_F2U(f);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((u >> 16) | 0x40u);
-  return (unsigned short)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-}
-LM_FN float lm_round_f16(float x) { return lm_f16_to_f32(lm_f32_to_f16(x)); }
-LM_FN float lm_round_bf16(float x) { return lm_bf16_to_f32(lm_f32_to_bf16(x)); }
-/* Floor modulo (sign of the divisor); integer modulo by zero reports an error and gives 0. */
-LM_FN float lm_mod(float a, float b) { float r = fmodf(a, b); if (r != 0 && ((r < 0) != (b < 0))) r += b; return r; }
-LM_FN double lm_mod(double a, double b) { double r = fmod(a, b); if (r != 0 && ((r < 0) != (b < 0))) r += b; return r; }
-LM_FN long long lm_imod(long long a, long long b, int* err, bool active) {
-  if (b == 0) { if (active) lm_report(err, 1, -1, 0, 0); return 0; }
-  if (b == -1) return 0;
-  long long r = a % b;
-  if (r != 0 && ((r < 0) != (b < 0))) r += b;
+LM_FN float lm_log2f(float x) {
+  const bool tiny = x < 1.17549435e-38f; /* subnormals are scaled by 2^23 first */
+  const unsigned u = LM_F2U(tiny ? x * 8388608.0f : x);
+  int e = (int)((u >> 23) & 0xffu) - (tiny ? 150 : 127);
+  float m = LM_U2F((u & 0x007fffffu) | 0x3f800000u); /* [1, 2) */
+  const bool high = m > 1.41421356f;
+  m = high ? m * 0.5f : m;
+  e = high ? e + 1 : e;
+  /* log2(m) = s P(s^2), s = (m - 1) / (m + 1), |s| < 0.172: degree 3 in s^2 (relative 7e-10). */
+  const float s = (m - 1.0f) / (m + 1.0f), s2 = s * s;
+  float p = 0.4317359164254919f;
+  p = LM_FMAF(p, s2, 0.5767143829728889f);
+  p = LM_FMAF(p, s2, 0.9617988476431686f);
+  /* 2/ln 2 as a float plus its rounding error, so the leading term is rounded once. */
+  const float lg = LM_FMAF(s, 2.88539004325866699f, s * LM_FMAF(s2, p, 3.8519260e-08f));
+  float r = (float)e + lg;
+  r = x == 0.0f ? -__builtin_inff() : r;
+  r = x < 0.0f ? __builtin_nanf("") : r;
+  r = x == __builtin_inff() ? x : r;
+  r = x != x ? x : r;
   return r;
 }
-/* exp2 and log2 of a float, evaluated in double by branch-free code the compiler can
+)";
+constexpr std::string_view kExpLog2Double = R"(/* exp2 and log2 of a float, evaluated in double by branch-free code the compiler can
    vectorise (libm's exp2f/log2f are calls, one element at a time). The double result is
    within a few double ulps of the exact value, so rounding it to float gives what the
    reference gives ((float)exp2((double)x)) except when the exact value lies within ~1e-15
@@ -173,6 +136,104 @@ LM_FN float lm_log2f(float xf) {
   r = x == LM_INF_D ? LM_INF_D : r;
   r = xf != xf ? x : r;
   return (float)r;
+}
+)";
+
+struct Dialect {
+  std::string_view includes;   // before anything else
+  std::string_view fn;         // qualifier of helper functions
+  std::string_view f2u, u2f;   // float <-> uint32 bit casts (function names)
+  std::string_view d2u, u2d;   // double <-> uint64 bit casts
+  std::string_view fma;        // #define LM_FMA: a fused multiply-add where the hardware has one
+  std::string_view inf_f, nan_f, inf_d, nan_d;
+  std::string_view report;     // lm_report: the first error claims the record (docs/KERNEL_IR.md)
+  std::string_view warp_helpers;  // lane reductions (CUDA only)
+  std::string_view exp_log2;   // lm_exp2f, lm_log2f
+  bool lanes = false;          // a warp shares one row: top-level reductions and cols stride by 32
+  bool cuda = false;
+};
+
+constexpr Dialect kCpp{
+    "#include <math.h>\n#include <stdint.h>\n",
+    "static inline",
+    "lm_f2u_", "lm_u2f_",
+    "lm_d2u_", "lm_u2d_",
+    "#ifdef __FMA__\n#define LM_FMA(a, b, c) __builtin_fma(a, b, c)\n#else\n#define LM_FMA(a, b, c) ((a) * (b) + (c))\n#endif\n",
+    "__builtin_inff()", "__builtin_nanf(\"\")", "__builtin_inf()", "__builtin_nan(\"\")",
+    R"(LM_FN bool lm_claim(int* err, int code) {
+  int expected = 0;
+  return __atomic_compare_exchange_n(err, &expected, code, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED);
+}
+)",
+    "",
+    kExpLog2Float,
+    false,
+    false,
+};
+
+constexpr Dialect kCuda{
+    "",
+    "static __device__ __forceinline__",
+    "__float_as_uint", "__uint_as_float",
+    "(unsigned long long)__double_as_longlong", "lm_u2d_",
+    "#define LM_FMA(a, b, c) fma(a, b, c)\n",
+    "__int_as_float(0x7f800000)", "__int_as_float(0x7fffffff)", "__longlong_as_double(0x7ff0000000000000LL)",
+    "__longlong_as_double(0x7fffffffffffffffLL)",
+    R"(LM_FN bool lm_claim(int* err, int code) { return atomicCAS(err, 0, code) == 0; }
+)",
+    R"(LM_FN double lm_lane_sum(double a) { for (int o = 16; o > 0; o >>= 1) a += __shfl_xor_sync(0xffffffffu, a, o); return a; }
+LM_FN long long lm_lane_sum(long long a) { for (int o = 16; o > 0; o >>= 1) a = (long long)((unsigned long long)a + (unsigned long long)__shfl_xor_sync(0xffffffffu, a, o)); return a; }
+LM_FN float lm_lane_max(float a) { for (int o = 16; o > 0; o >>= 1) a = lm_rmax(a, __shfl_xor_sync(0xffffffffu, a, o)); return a; }
+LM_FN double lm_lane_max(double a) { for (int o = 16; o > 0; o >>= 1) a = lm_rmax(a, __shfl_xor_sync(0xffffffffu, a, o)); return a; }
+LM_FN long long lm_lane_max(long long a) { for (int o = 16; o > 0; o >>= 1) a = lm_rmax(a, __shfl_xor_sync(0xffffffffu, a, o)); return a; }
+)",
+    kExpLog2Double,
+    true,
+    true,
+};
+
+// Helpers shared by both dialects (LM_FN, LM_F2U, LM_U2F, LM_INF* come from the dialect).
+constexpr std::string_view kHelpers = R"(/* Errors: the first claims the record: code, bound site, flat index, flat position. */
+LM_FN void lm_report(int* err, int code, int site, long long index, long long position) {
+  if (!lm_claim(err, code)) return;
+  err[1] = site;
+  err[2] = (int)(unsigned)(unsigned long long)index;
+  err[3] = (int)(unsigned)((unsigned long long)index >> 32);
+  err[4] = (int)(unsigned)(unsigned long long)position;
+  err[5] = (int)(unsigned)((unsigned long long)position >> 32);
+}
+/* 16-bit floats: storage bits <-> float, round to nearest even. */
+LM_FN float lm_f16_to_f32(unsigned short h) {
+  unsigned sign = (unsigned)(h & 0x8000u) << 16, exp = (h >> 10) & 0x1fu, mant = h & 0x3ffu;
+  if (exp == 0) { float v = (float)mant * 5.9604644775390625e-8f; return sign ? -v : v; }
+  if (exp == 31) return LM_U2F(sign | 0x7f800000u | (mant << 13));
+  return LM_U2F(sign | ((exp + 112u) << 23) | (mant << 13));
+}
+LM_FN unsigned short lm_f32_to_f16(float f) {
+  unsigned u = LM_F2U(f), sign = (u >> 16) & 0x8000u, a = u & 0x7fffffffu;
+  if (a > 0x7f800000u) return (unsigned short)(sign | 0x7e00u);
+  if (a >= 0x477ff000u) return (unsigned short)(sign | 0x7c00u);
+  if (a < 0x38800000u) return (unsigned short)(sign | (unsigned)rintf(LM_U2F(a) * 16777216.0f));
+  unsigned r = a - 0x38000000u;
+  return (unsigned short)(sign | ((r + 0xfffu + ((r >> 13) & 1u)) >> 13));
+}
+LM_FN float lm_bf16_to_f32(unsigned short h) { return LM_U2F((unsigned)h << 16); }
+LM_FN unsigned short lm_f32_to_bf16(float f) {
+  unsigned u = LM_F2U(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((u >> 16) | 0x40u);
+  return (unsigned short)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+LM_FN float lm_round_f16(float x) { return lm_f16_to_f32(lm_f32_to_f16(x)); }
+LM_FN float lm_round_bf16(float x) { return lm_bf16_to_f32(lm_f32_to_bf16(x)); }
+/* Floor modulo (sign of the divisor); integer modulo by zero reports an error and gives 0. */
+LM_FN float lm_mod(float a, float b) { float r = fmodf(a, b); if (r != 0 && ((r < 0) != (b < 0))) r += b; return r; }
+LM_FN double lm_mod(double a, double b) { double r = fmod(a, b); if (r != 0 && ((r < 0) != (b < 0))) r += b; return r; }
+LM_FN long long lm_imod(long long a, long long b, int* err, bool active) {
+  if (b == 0) { if (active) lm_report(err, 1, -1, 0, 0); return 0; }
+  if (b == -1) return 0;
+  long long r = a % b;
+  if (r != 0 && ((r < 0) != (b < 0))) r += b;
+  return r;
 }
 LM_FN float lm_recip(float a) { return 1.0f / a; }
 /* sin of a float through double, then rounded: the correctly rounded result the reference
@@ -264,7 +325,7 @@ class Emitter {
              "LM_FN double lm_u2d_(unsigned long long u) { return __builtin_bit_cast(double, u); }\n";
     else
       os_ << "LM_FN double lm_u2d_(unsigned long long u) { return __longlong_as_double((long long)u); }\n";
-    os_ << Expression::c_prelude() << d_.report << kHelpers << d_.warp_helpers << "#endif\n";
+    os_ << Expression::c_prelude() << d_.report << kHelpers << d_.exp_log2 << d_.warp_helpers << "#endif\n";
     if (d_.cuda) cuda_entry();
     else cpp_entry();
     return os_.str();

@@ -639,6 +639,7 @@ int64_t first_difference(const HostTensor& want, const HostTensor& got, double t
     double a = want.get_f64(k), b = got.get_f64(k);
     if (std::isnan(a) && std::isnan(b)) continue;
     if (a == b && std::signbit(a) == std::signbit(b)) continue;
+    if (a == 0 && b == 0) return static_cast<int64_t>(k);  // a zero of the other sign
     if (tolerance > 0 && std::isfinite(a) && std::isfinite(b) &&
         std::abs(a - b) <= tolerance * std::max(1.0, std::abs(a)))
       continue;
@@ -772,7 +773,7 @@ struct Verifier {
             why = "the rewritten program throws: " + got.error;
           } else {
             for (const auto& [out, t] : want.outputs) {
-              int64_t k = first_difference(t, got.outputs.at(out), rule.tolerance);
+              int64_t k = first_difference(t, got.outputs.at(out), std::max(rule.tolerance, target.numeric_tolerance()));
               if (k < 0) continue;
               why = "output %" + std::to_string(out) + " element " + std::to_string(k) + ": expected " +
                     (is_float(t.dtype) ? value_text(t.get_f64(k)) : std::to_string(t.get_i64(k))) + ", got " +

@@ -194,6 +194,44 @@ struct CpuRuntime::State {
   std::vector<std::byte> scratch[2];  // matmul operands copied contiguously
   int64_t last_arena = 0;
 
+  // Persisted weights packed once for our GEMM's blocked path (by external id), instead of
+  // on every call. Valid while the input's data is unchanged: set_tensor and state
+  // updates of that input drop its entries. At most packed_budget bytes in all
+  // (LUMINAL_CPU_PACKED_WEIGHTS_MB; past it, B is packed on every call as before).
+  struct PackedWeight {
+    const void* b;
+    DType dtype;
+    int64_t k, n, row_stride, col_stride;
+    std::shared_ptr<const PackedB> packed;
+  };
+  std::unordered_map<NodeId, std::vector<PackedWeight>> packed_weights;
+  int64_t packed_bytes = 0;
+  const int64_t packed_budget = [] {
+    const char* v = std::getenv("LUMINAL_CPU_PACKED_WEIGHTS_MB");
+    return (v != nullptr && *v != '\0' ? std::max(0L, std::strtol(v, nullptr, 10)) : 1024L) << 20;
+  }();
+
+  const PackedB* packed_weight(NodeId ext, const GemmArgs& a) {
+    auto& entries = packed_weights[ext];
+    for (const auto& e : entries)
+      if (e.b == a.b && e.dtype == a.b_dtype && e.k == a.k && e.n == a.n && e.row_stride == a.b_row_stride &&
+          e.col_stride == a.b_col_stride && e.packed->isa == active_isa())
+        return e.packed.get();
+    const int64_t bytes = round_up_to_32(a.n) * a.k * int64_t{sizeof(float)};
+    if (packed_bytes + bytes > packed_budget) return nullptr;
+    auto packed = std::make_shared<const PackedB>(pack_b(a));
+    packed_bytes += packed->bytes();
+    entries.push_back({a.b, a.b_dtype, a.k, a.n, a.b_row_stride, a.b_col_stride, packed});
+    return packed.get();
+  }
+  void forget_packed(NodeId ext) {
+    auto it = packed_weights.find(ext);
+    if (it == packed_weights.end()) return;
+    for (const auto& e : it->second) packed_bytes -= e.packed->bytes();
+    packed_weights.erase(it);
+  }
+  static int64_t round_up_to_32(int64_t x) { return (x + 31) / 32 * 32; }
+
   const Node* find_io(NodeId ext) const {
     for (const auto& p : slots)
       if (auto it = p.program_of.find(ext); it != p.program_of.end()) return &p.graph.node(it->second);
@@ -309,6 +347,7 @@ void CpuRuntime::set_tensor(NodeId input, HostTensor data) {
   const Node* n = state_->find_io(input);
   LUMINAL_CHECK(n != nullptr, "tensor ", input, " is not an input or output of the loaded program");
   LUMINAL_CHECK(n->op == OpKind::Input, "set_data: tensor ", input, " is not an input");
+  state_->forget_packed(input);  // a packed copy of the old data is stale
   state_->data[input] = data.dtype == n->dtype ? std::move(data) : data.cast(n->dtype);
 }
 
@@ -325,6 +364,7 @@ HostTensor CpuRuntime::get_tensor(NodeId node) const {
 }
 
 int64_t CpuRuntime::last_arena_bytes() const { return state_->last_arena; }
+int64_t CpuRuntime::packed_weight_bytes() const { return state_->packed_bytes; }
 int CpuRuntime::kernels_compiled() const { return state_->shared->kernels.compiler_invocations(); }
 
 void CpuRuntime::run(size_t slot, const DimMap& dims) {
@@ -468,6 +508,13 @@ void CpuRuntime::run(size_t slot, const DimMap& dims) {
         call.args.c = reinterpret_cast<float*>(ptr[step.node]);
         const bool serial = call.macs() < kSerialMacs;
         const bool blas = step.kind == StepKind::BlasGemm;
+        // A persisted weight is packed once (OpenBLAS packs inside its own call; a B it
+        // declines, such as BF16, falls back to our GEMM).
+        if (const Node& b_node = g.node(n.inputs[1].node);
+            (!blas || !blas_supports(call.args)) && !l.b.copy && call.loops.empty() &&
+            b_node.op == OpKind::Input && b_node.persist && p.external_ids[n.inputs[1].node] != kNoNode &&
+            gemm_packs_b(call.args))
+          call.args.packed_b = s.packed_weight(p.external_ids[n.inputs[1].node], call.args);
         call.for_each([&](const GemmArgs& a) {
           if (serial) {
             // Small products run on this thread: inside a (single-chunk) pool task, gemm
@@ -541,7 +588,10 @@ void CpuRuntime::run(size_t slot, const DimMap& dims) {
   }
   for (NodeId i = 0; i < g.size(); ++i)
     if (g.node(i).op == OpKind::Input && !g.node(i).persist) s.data.erase(p.external_ids[i]);
-  for (auto& [ext, t] : results) s.data[ext] = std::move(t);
+  for (auto& [ext, t] : results) {
+    s.forget_packed(ext);
+    s.data[ext] = std::move(t);
+  }
 }
 
 }  // namespace luminal::cpu

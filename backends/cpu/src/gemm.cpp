@@ -6,7 +6,8 @@
 // both in parallel; then tasks over (batch, block of kMcRows rows, range of B panels)
 // run the micro-kernel over their tiles, B panel outer so it stays in L1 while the A
 // panels stream from L2. The epilogue runs on each tile after its last depth block,
-// while the tile is still in cache.
+// while the tile is still in cache. A B packed beforehand by pack_b() (a persisted
+// weight) skips the B packing: the same panels, all blocks laid out one after another.
 //
 // GEMV path (m <= kGemvMaxRows): packing B would cost more than using it, so B is read
 // once, in place, split over N across the pool: bandwidth, not FLOPs, bounds it.
@@ -123,6 +124,27 @@ void pack_b_panel(const detail::Kernels& kern, const GemmArgs& g, int64_t batch,
   }
 }
 
+// Work item x of B's block (depth [pc, pc + kc), columns [jc, jc + nc)) packed into the
+// block's panels at dst.
+void pack_b_item(const detail::Kernels& kern, const GemmArgs& g, const BPacking& bp, int64_t batch, int64_t pc,
+                 int64_t kc, int64_t jc, int64_t nc, int64_t x, float* dst) {
+  if (bp.by_rows) {
+    const int64_t p0 = x * kPackRowsPerItem;
+    pack_b_rows(kern, g, batch, pc, kc, p0, std::min(kc, p0 + kPackRowsPerItem), jc, nc, dst);
+  } else {
+    pack_b_panel(kern, g, batch, pc, kc, jc + x * kern.nr, std::min<int64_t>(kern.nr, nc - x * kern.nr),
+                 dst + x * kc * kern.nr);
+  }
+}
+
+// Where a pack_b() copy keeps the block at (jc, pc): blocks of kNc columns (a multiple
+// of NR) one after the other, each holding its depth blocks in order.
+int64_t packed_block_offset(const GemmArgs& g, int64_t nr, int64_t jc, int64_t pc) {
+  return jc * g.k + pc * round_up(std::min(kNc, g.n - jc), nr);
+}
+
+bool b_shared_by_batches(const GemmArgs& g) { return g.batch == 1 || g.b_batch_stride == 0; }
+
 // Panel of A rows [i0, i0 + mv) over depth [pc, pc + kc): dst[p * MR + r].
 void pack_a_panel(int64_t mr, const GemmArgs& g, int64_t batch, int64_t pc, int64_t kc, int64_t i0, int64_t mv,
                   float* dst) {
@@ -156,7 +178,10 @@ void gemm_blocked(const detail::Kernels& kern, const GemmArgs& g, ThreadPool& po
   const int64_t kc_max = std::min(kKc, g.k);
   const int64_t nc_max = round_up(std::min(kNc, g.n), nr);
   const int64_t a_floats = round_up(m_panels * mr * kc_max, 16);  // keeps B panels 64-byte aligned
-  const int64_t b_floats = kc_max * nc_max;
+  const PackedB* pre = g.packed_b;
+  if (pre != nullptr && (pre->isa != kern.isa || pre->k != g.k || pre->n != g.n || !b_shared_by_batches(g)))
+    pre = nullptr;
+  const int64_t b_floats = pre != nullptr ? 0 : kc_max * nc_max;
   const int64_t per_batch = (a_floats + (b_broadcast ? 0 : b_floats)) * int64_t{sizeof(float)};
   const int64_t group = std::clamp<int64_t>(kPackBudget / std::max<int64_t>(per_batch, 1), 1, g.batch);
   const int threads = pool.num_threads();
@@ -179,18 +204,12 @@ void gemm_blocked(const detail::Kernels& kern, const GemmArgs& g, ThreadPool& po
         const bool first = pc == 0, last = pc + kc == g.k;
         // Pack: B panels of every distinct batch, then A panels of every batch.
         const BPacking bp = b_packing(g, kc, n_panels);
-        const int64_t b_items = b_copies * bp.items_per_copy;
+        const int64_t b_items = pre != nullptr ? 0 : b_copies * bp.items_per_copy;
         pool.parallel_for(0, b_items + gb * m_panels, 4, [&](int64_t begin, int64_t end) {
           for (int64_t item = begin; item < end; ++item) {
             if (item < b_items) {
               const int64_t bi = item / bp.items_per_copy, x = item % bp.items_per_copy;
-              float* dst = packed_b + bi * b_floats;
-              if (bp.by_rows) {
-                const int64_t p0 = x * kPackRowsPerItem;
-                pack_b_rows(kern, g, b0 + bi, pc, kc, p0, std::min(kc, p0 + kPackRowsPerItem), jc, nc, dst);
-              } else {
-                pack_b_panel(kern, g, b0 + bi, pc, kc, jc + x * nr, std::min(nr, nc - x * nr), dst + x * kc * nr);
-              }
+              pack_b_item(kern, g, bp, b0 + bi, pc, kc, jc, nc, x, packed_b + bi * b_floats);
             } else {
               const int64_t bi = (item - b_items) / m_panels, s = (item - b_items) % m_panels;
               pack_a_panel(mr, g, b0 + bi, pc, kc, s * mr, std::min(mr, g.m - s * mr),
@@ -207,7 +226,8 @@ void gemm_blocked(const detail::Kernels& kern, const GemmArgs& g, ThreadPool& po
             const int64_t q_begin = split * panels_per_split;
             const int64_t q_end = std::min(n_panels, q_begin + panels_per_split);
             const float* a_block = packed_a + bi * a_floats;
-            const float* b_block = packed_b + (b_broadcast ? 0 : bi) * b_floats;
+            const float* b_block = pre != nullptr ? pre->panels.get() + packed_block_offset(g, nr, jc, pc)
+                                                  : packed_b + (b_broadcast ? 0 : bi) * b_floats;
             float* c = g.c + (b0 + bi) * g.c_batch_stride;
             const int64_t s_begin = ib * (mc / mr), s_end = std::min(m_panels, s_begin + mc / mr);
             for (int64_t q = q_begin; q < q_end; ++q) {
@@ -296,6 +316,14 @@ const detail::Kernels& kernels_for(Isa isa) {
 #endif
     default: return detail::generic_kernels();
   }
+}
+
+// Does gemm() take the GEMV path for these arguments?
+bool takes_gemv(const GemmArgs& g) {
+  const bool gemv_layout = g.b_col_stride == 1 || g.b_row_stride == 1;
+  const GemmPath path = g_forced_path.load(std::memory_order_relaxed);
+  const bool small_m = path == GemmPath::Auto ? g.m <= kGemvMaxRows : path == GemmPath::Gemv;
+  return small_m && gemv_layout;
 }
 
 }  // namespace
@@ -402,14 +430,44 @@ void gemm(const GemmArgs& g) {
     }
     return;
   }
-  const bool gemv_layout = g.b_col_stride == 1 || g.b_row_stride == 1;
-  const GemmPath path = g_forced_path.load(std::memory_order_relaxed);
-  const bool small_m = path == GemmPath::Auto ? g.m <= kGemvMaxRows : path == GemmPath::Gemv;
-  if (small_m && gemv_layout) {
+  if (takes_gemv(g)) {
     gemm_gemv(kern, g, pool);
   } else {
     gemm_blocked(kern, g, pool);
   }
+}
+
+bool gemm_packs_b(const GemmArgs& g) {
+  return g.m > 0 && g.n > 0 && g.k > 0 && !takes_gemv(g) && b_shared_by_batches(g);
+}
+
+int64_t PackedB::bytes() const { return round_up(n, 32) * k * int64_t{sizeof(float)}; }
+
+PackedB pack_b(const GemmArgs& g) {
+  validate(g);
+  LUMINAL_CHECK(b_shared_by_batches(g), "pack_b: B differs between batches (batch stride ", g.b_batch_stride, ")");
+  const detail::Kernels& kern = detail::active_kernels();
+  PackedB packed;
+  packed.k = g.k;
+  packed.n = g.n;
+  packed.isa = kern.isa;
+  const size_t bytes = static_cast<size_t>(round_up(g.n, kern.nr) * g.k) * sizeof(float);
+  float* panels = static_cast<float*>(std::aligned_alloc(64, (std::max<size_t>(bytes, 1) + 63) / 64 * 64));
+  LUMINAL_CHECK(panels != nullptr, "pack_b: cannot allocate ", bytes, " bytes");
+  packed.panels = std::shared_ptr<float[]>(panels, [](float* f) { std::free(f); });
+  ThreadPool& pool = ThreadPool::global();
+  for (int64_t jc = 0; jc < g.n; jc += kNc) {
+    const int64_t nc = std::min(kNc, g.n - jc);
+    for (int64_t pc = 0; pc < g.k; pc += kKc) {
+      const int64_t kc = std::min(kKc, g.k - pc);
+      const BPacking bp = b_packing(g, kc, ceil_div(nc, kern.nr));
+      float* dst = panels + packed_block_offset(g, kern.nr, jc, pc);
+      pool.parallel_for(0, bp.items_per_copy, 4, [&](int64_t begin, int64_t end) {
+        for (int64_t x = begin; x < end; ++x) pack_b_item(kern, g, bp, 0, pc, kc, jc, nc, x, dst);
+      });
+    }
+  }
+  return packed;
 }
 
 }  // namespace luminal::cpu

@@ -125,6 +125,59 @@ TEST(CpuBackend, MatmulLayouts) {
 // outer batch axes that run as a loop. The cheapest program (search limit 1) uses the GEMM
 // ops for every matmul; verification is off, so a wrong GEMM cannot be replaced by the
 // unrewritten program.
+// Persisted weights are packed once for the GEMM; new data for a weight (set_data) must
+// replace its packed copy. F32 weights (our GEMM or OpenBLAS) and BF16 weights (our GEMM,
+// converted while packing), m = 37 so the blocked path packs; the same runtime before and
+// after each change, against the reference on the same data. The packed bytes show that
+// new data drops the old copies (without that, stale copies would pile up to the budget).
+TEST(CpuBackend, PersistedWeightsRepackedAfterSetData) {
+  for (DType wdt : {DType::F32, DType::BF16}) {
+    Graph cx;
+    auto x = cx.tensor({37, 70});
+    auto w = cx.tensor({70, 45}, wdt).persist();
+    auto wt = cx.tensor({45, 70}, wdt).persist();  // a Linear weight: B transposed
+    auto y = x.matmul(w.cast(DType::F32)).output();
+    auto z = x.linear(wt.cast(DType::F32)).output();
+    // The cheapest program, unverified (a wrong result fails below): with BF16 weights,
+    // CpuGemm reading them directly.
+    auto cpu = cx.compile(cpu::CpuRuntime{}, CompileOptions().search_graph_limit(1).trials(1).verify(VerifyMode::Never));
+    auto ref = cx.compile(ReferenceRuntime{}, CompileOptions().search_graph_limit(1));
+    uint32_t seed = 40;
+    for (int round = 0; round < 4; ++round) {
+      // Rounds 0 and 2 give the weights new values; 1 and 3 reuse them (packed copies).
+      if (round % 2 == 0) {
+        HostTensor wv = varied(wdt, 70 * 45, seed++, false), wtv = varied(wdt, 45 * 70, seed++, false);
+        cpu.set_data(w, wv);
+        ref.set_data(w, wv);
+        cpu.set_data(wt, wtv);
+        ref.set_data(wt, wtv);
+      }
+      HostTensor xv = varied(DType::F32, 37 * 70, seed++, false);
+      cpu.set_data(x, xv);
+      ref.set_data(x, xv);
+      const int64_t packed_before = cpu.packed_weight_bytes();
+      cpu.execute(cx.dim_map());
+      ref.execute(cx.dim_map());
+      // Both weights are packed once: new data drops the old copies, reuse adds nothing.
+      if (round % 2 == 0) {
+        EXPECT_EQ(packed_before, 0) << dtype_name(wdt) << " round " << round;
+      } else {
+        EXPECT_EQ(cpu.packed_weight_bytes(), packed_before) << dtype_name(wdt) << " round " << round;
+      }
+      if (wdt == DType::BF16) {
+        EXPECT_GT(cpu.packed_weight_bytes(), 0);  // our GEMM, blocked path
+      }
+      for (const auto& out : {y, z}) {
+        auto got = cpu.get(out).to_f64(), want = ref.get(out).to_f64();
+        ASSERT_EQ(got.size(), want.size());
+        for (size_t k = 0; k < got.size(); ++k)
+          ASSERT_TRUE(same_value(got[k], want[k], 1e-4))
+              << dtype_name(wdt) << " round " << round << " element " << k << ": " << got[k] << " instead of " << want[k];
+      }
+    }
+  }
+}
+
 TEST(CpuBackend, AttentionMatmulsOfRankFiveAndMore) {
   auto build = [](Graph& cx, std::vector<GraphTensor>& in) {
     const Expression s = Expression::var("s"), t = Expression::var("t");

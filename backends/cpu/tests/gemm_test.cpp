@@ -217,7 +217,16 @@ void check_cases(const std::vector<Case>& cases) {
       // The other algorithm on the same shape: GEMV for larger m, blocked for small m.
       force_gemm_path(c.m <= gemv_max_rows() ? GemmPath::Blocked : GemmPath::Gemv);
       check(pr, gemm, std::string("gemm/") + std::string(isa_name(isa)) + "/other-path");
-      force_gemm_path(GemmPath::Auto);
+      // B packed once beforehand (persisted weights), on the blocked path that reads it.
+      if (pr.args.batch == 1 || pr.args.b_batch_stride == 0) {
+        force_gemm_path(GemmPath::Blocked);
+        EXPECT_TRUE(gemm_packs_b(pr.args)) << describe(c);
+        const PackedB packed = pack_b(pr.args);
+        pr.args.packed_b = &packed;
+        check(pr, gemm, std::string("gemm/") + std::string(isa_name(isa)) + "/packed-b");
+        pr.args.packed_b = nullptr;
+        force_gemm_path(GemmPath::Auto);
+      }
     }
     if (blas_supports(pr.args)) check(pr, [](const GemmArgs& g) { EXPECT_TRUE(blas_gemm(g)); }, "blas_gemm");
     if (testing::Test::HasFailure()) break;
@@ -411,4 +420,26 @@ TEST(CpuGemm, PinIsaRejectsWhatTheCpuLacks) {
     }
   }
   pin_isa(best_isa());
+}
+
+// A packed B that does not fit the call (another ISA, another shape) is ignored, never
+// misread; pack_b refuses a B that differs between batches.
+TEST(CpuGemm, PackedBIsUsedOnlyWhereItFits) {
+  const Isa saved = active_isa();
+  Problem pr = make_problem({40, 70, 300}, 11);
+  const PackedB packed = pack_b(pr.args);
+  for (Isa isa : supported_isas()) {
+    pin_isa(isa);
+    pr.args.packed_b = &packed;  // packed for `saved`: read only when isa == saved
+    check(pr, gemm, std::string("foreign packed-b/") + std::string(isa_name(isa)));
+  }
+  pin_isa(saved);
+  Problem other = make_problem({40, 69, 300}, 12);
+  other.args.packed_b = &packed;  // n differs
+  check(other, gemm, "packed-b of another shape");
+  Problem batched = make_problem({9, 20, 30, 3}, 13);
+  EXPECT_FALSE(gemm_packs_b(batched.args));
+  EXPECT_THROW(pack_b(batched.args), Error);
+  Problem small = make_problem({2, 20, 30}, 14);
+  EXPECT_FALSE(gemm_packs_b(small.args));  // the GEMV path reads B in place
 }

@@ -27,6 +27,9 @@ class CpuRuntime : public Runtime {
   std::vector<std::string> rule_files() const override;
   std::vector<RuleStage> rule_stages(const CompileOptions& options) const override;
   void register_primitives(egraph::EGraph& eg) const override;
+  // F32 exp2/log2 are float polynomials within 2 ulp (not the reference's double rounded
+  // once); a few ulp more through the ops of a fused region.
+  double numeric_tolerance() const override { return 1e-6; }
   void prepare(std::span<const Graph* const> programs) override;
   void load_program(size_t slot, const Graph& program, std::vector<NodeId> external_ids) override;
   void set_tensor(NodeId input, HostTensor data) override;
@@ -35,6 +38,9 @@ class CpuRuntime : public Runtime {
 
   // Peak bytes of the last run's arena (intermediates and outputs).
   int64_t last_arena_bytes() const;
+  // Bytes of persisted weights packed for our GEMM (kept across executes, dropped when a
+  // weight gets new data).
+  int64_t packed_weight_bytes() const;
   // Kernels compiled by this runtime and its copies (cache misses included).
   int kernels_compiled() const;
 

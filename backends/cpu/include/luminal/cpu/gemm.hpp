@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string_view>
 
 #include "luminal/dtype.hpp"
@@ -20,6 +21,17 @@ namespace luminal::cpu {
 
 enum class Epilogue : uint8_t { None, Relu, GeluTanh, GeluErf, Silu };
 std::string_view epilogue_name(Epilogue e);
+enum class Isa : uint8_t { Generic, Avx2, Avx512 };
+
+// B packed once, as the blocked path packs it on every call (F32 panels of the ISA's
+// width): for a B that does not change between calls, such as a persisted weight.
+// Made by pack_b(); the caller keeps it while B is unchanged.
+struct PackedB {
+  int64_t k = 0, n = 0;
+  Isa isa = Isa::Generic;
+  std::shared_ptr<float[]> panels;  // 64-byte aligned
+  int64_t bytes() const;
+};
 
 struct GemmArgs {
   int64_t m = 0, n = 0, k = 0;
@@ -37,6 +49,9 @@ struct GemmArgs {
   int64_t c_row_stride = 0, c_batch_stride = 0;
   const float* bias = nullptr;  // n values added to every row, or null
   Epilogue epilogue = Epilogue::None;
+  // B already packed (pack_b of these B arguments), or null. Used by the blocked path when
+  // its k, n and ISA match and B is the same for every batch; ignored otherwise.
+  const PackedB* packed_b = nullptr;
 
   // Row-major contiguous A (m x k), B (k x n), C (m x n); one batch.
   static GemmArgs row_major(int64_t m, int64_t n, int64_t k, const float* a, const void* b, float* c,
@@ -52,6 +67,12 @@ void validate(const GemmArgs& args);
 // one it runs serially).
 void gemm(const GemmArgs& args);
 
+// B of `args` (batch 1, or a B broadcast over the batch) packed for the active ISA's
+// blocked path, on the pool. Costs round_up(n, 32) * k floats.
+PackedB pack_b(const GemmArgs& args);
+// Would gemm(args) read a packed B (the blocked path, with B shared by every batch)?
+bool gemm_packs_b(const GemmArgs& args);
+
 // ---- which algorithm (tests and benchmarks) ----
 // Auto: GEMV for m <= gemv_max_rows() when B has a unit stride, else blocked. Gemv
 // applies only where B has a unit stride (else blocked runs).
@@ -60,7 +81,6 @@ void force_gemm_path(GemmPath path);
 int64_t gemv_max_rows();
 
 // ---- instruction sets ----
-enum class Isa : uint8_t { Generic, Avx2, Avx512 };
 std::string_view isa_name(Isa isa);
 bool isa_supported(Isa isa);  // by this CPU (and this build)
 Isa best_isa();               // the widest supported
