@@ -15,7 +15,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "python"))
 
-from luminal.torch import _ops  # noqa: E402
+from luminal.torch import _ops, export_decompositions  # noqa: E402
 from luminal.torch._translate import op_name  # noqa: E402
 
 
@@ -45,7 +45,7 @@ def corpus_usage() -> dict[str, set[str]]:
     used: dict[str, set[str]] = collections.defaultdict(set)
     for model_name, make in CORPUS.items():
         model, inputs = make()
-        ep = torch.export.export(model.eval(), inputs, strict=False).run_decompositions()
+        ep = torch.export.export(model.eval(), inputs, strict=False).run_decompositions(export_decompositions())
         for node in ep.graph.nodes:
             if node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload):
                 used[op_name(node.target)].add(model_name)
