@@ -279,6 +279,10 @@ OPS = {
     "pixel_shuffle_roll": (lambda a: nn.functional.pixel_unshuffle(nn.functional.pixel_shuffle(a, 2), 2).roll(1, 2),
                            [(1, 8, 2, 3)]),
     "im2col": (lambda a: nn.functional.unfold(a, 2, padding=1, stride=2), [(1, 2, 4, 5)]),
+    "cdist": (lambda a, b: torch.cdist(a, b) + torch.cdist(a, b, p=1.0) + torch.cdist(a, b, p=float("inf"))
+              + torch.cdist(a, b, p=0.0), [(2, 4, 3), (2, 5, 3)]),
+    "masked_scatter": (lambda a, b: a.masked_scatter(a > 0, b) + a.masked_scatter(a[0] < 0.5, b), [(3, 4), (13,)]),
+    "as_strided": (lambda a: (a * 2).as_strided((3, 2), (2, 3), 1) + (a - 1).as_strided((3, 2), (0, 5), 2), [(4, 4)]),
     "fold": (lambda a: nn.functional.fold(a, (5, 6), 2), [(1, 8, 20)]),
     "fold_mixed": (lambda a: nn.functional.fold(a, (7, 8), (3, 2), dilation=(1, 2), padding=(1, 0), stride=(2, 1)),
                    [(2, 18, 24)]),

@@ -188,9 +188,27 @@ def test_random_ops_under_torch_compile():
     torch._dynamo.reset()
 
 
-class WithRandperm(nn.Module):
+def test_randperm_is_a_uniformly_shuffled_permutation():
+    n = 2000
+    x = torch.zeros(n)
+    compiled = compiled_fn(lambda a: (torch.randperm(n) + a, torch.randperm(7)), x)
+    p, small = draw(compiled, x, seed=12)
+    assert torch.equal(p.sort().values, torch.arange(n, dtype=torch.float32))
+    assert torch.equal(small.sort().values, torch.arange(7))
+    # Position and value are uncorrelated, and few elements stay in place (1 expected).
+    idx = torch.arange(n, dtype=torch.float64)
+    assert abs(torch.corrcoef(torch.stack([idx, p.double()]))[0, 1].item()) < 6 / math.sqrt(n)
+    assert (p.long() == idx.long()).sum() <= 8
+    again, _ = draw(compiled, x, seed=12)
+    other, _ = draw(compiled, x)
+    assert torch.equal(p, again) and not torch.equal(p, other)
+    with pytest.raises(lt.UnsupportedOpError, match=r"randperm\(5000\): at most 4096"):
+        compiled_fn(lambda a: torch.randperm(5000) + a, torch.zeros(5000))
+
+
+class WithPoisson(nn.Module):
     def forward(self, x):
-        return torch.randperm(x.shape[0]).float() + x  # no faithful translation: an error
+        return torch.poisson(x) + x  # no translator: an error
 
 
 class WideRandint(nn.Module):
@@ -199,8 +217,8 @@ class WideRandint(nn.Module):
 
 
 def test_untranslatable_random_ops_are_errors_naming_op_and_line():
-    with pytest.raises(lt.UnsupportedOpError, match=r"aten\.randperm.*test_torch_random\.py:\d+"):
-        lt.compile(WithRandperm(), (torch.zeros(5),))
+    with pytest.raises(lt.UnsupportedOpError, match=r"aten\.poisson.*test_torch_random\.py:\d+"):
+        lt.compile(WithPoisson(), (torch.ones(5),))
     with pytest.raises(lt.UnsupportedOpError, match=r"aten\.randint.*test_torch_random\.py:\d+.*randint over a range"):
         lt.compile(WideRandint(), (torch.zeros(3, dtype=torch.int64),))
     with pytest.raises(lt.UnsupportedOpError, match=r"aten\.multinomial"):

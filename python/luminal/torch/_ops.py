@@ -956,6 +956,24 @@ def _randint(t, node, *args, **kwargs):
     return ((u * float(span)).floor() + float(low)).cast(out_dtype(node))
 
 
+RANDPERM_MAX = 4096
+
+
+@register(aten.randperm.default)
+def _randperm(t, node, n, **kwargs):
+    _no_generator(kwargs)
+    if not isinstance(n, int):
+        unsupported("randperm with a symbolic size")
+    if n > RANDPERM_MAX:  # the tensor API's sort compares all pairs: n^2 memory
+        unsupported(f"randperm({n}): at most {RANDPERM_MAX} elements (luminal's argsort compares all pairs)")
+    # A uniformly random permutation: the stable argsort of n random keys. Two 32-bit draws
+    # make each key (53 bits survive in F64), so ties, which would favour the identity
+    # order, have probability below n^2 / 2^54.
+    high = _uniform(t, node, [n], DT.F64)
+    low = _uniform(t, node, [n], DT.F64)
+    return (high + low * 2.0 ** -32).argsort(0).cast(out_dtype(node))
+
+
 @register(aten.bernoulli.default, aten.bernoulli.p)
 def _bernoulli(t, node, x, p=None, **kwargs):
     _no_generator(kwargs)
@@ -1168,6 +1186,65 @@ def _roll(t, node, x, shifts, dims=()):
 @register(aten.im2col.default)
 def _im2col(t, node, x, kernel_size, dilation, padding, stride):
     return x.im2col(_pair(kernel_size), _pair(dilation), _pair(padding), _pair(stride))
+
+
+@register(aten._cdist_forward.default)
+def _cdist(t, node, x1, x2, p, compute_mode=None):
+    # Direct differences (torch may use a matmul expansion for p = 2 on large inputs; the
+    # direct form is the more accurate of the two).
+    return (x1.unsqueeze(-2) - x2.unsqueeze(-3)).norm(float(p), [x1.rank], False)
+
+
+@register(aten.masked_scatter.default)
+def _masked_scatter(t, node, x, mask, source):
+    """x where mask is false; the true positions take source's elements in row-major order."""
+    shape = out_shape(t, node)
+    if source.numel().as_constant() == 0:  # then the mask holds no true element (torch checks)
+        return x
+    mask = broadcast_to(t, mask, shape)
+    flat_mask = mask.reshape([-1])
+    # Position of each true element among the true ones; false positions read element 0.
+    rank = (flat_mask.cast(DT.I64).cumsum(0) - 1).maximum(0)
+    taken = source.reshape([-1]).index_select(0, rank).reshape(shape)
+    return GT.select(mask, taken.cast(x.dtype), broadcast_to(t, x, shape))
+
+
+def _meta_int(node, what):
+    val = out_val(node)
+    if isinstance(val, (int, bool)):
+        return val
+    if isinstance(val, (list, tuple)) and all(isinstance(v, int) for v in val):
+        return tuple(val)
+    unsupported(f"{what} that is not static ({val})")
+
+
+register(aten.sym_stride.int, aten.sym_stride.default)(lambda t, node, x, *a: _meta_int(node, "a stride"))
+register(aten.sym_storage_offset.default)(lambda t, node, x: _meta_int(node, "a storage offset"))
+register(aten.sym_is_contiguous.default)(lambda t, node, x, *a: _meta_int(node, "a contiguity test"))
+
+
+@register(aten.as_strided.default)
+def _as_strided(t, node, x, size, stride, storage_offset=None):
+    """A strided window onto x's storage. luminal tensors are logical, so this is only
+    faithful when PyTorch's x is contiguous from storage offset 0: then storage order is
+    x's row-major order, and the window is a gather at offset + sum(i_k * stride_k)."""
+    src = out_val(node.args[0])
+    if not (isinstance(src, torch.Tensor) and src.is_contiguous() and src.storage_offset() == 0):
+        unsupported("as_strided of a tensor that is not contiguous from storage offset 0 (its storage layout "
+                    "is not luminal's)")
+    if not all(isinstance(v, int) for v in list(size) + list(stride) + [storage_offset or 0]):
+        unsupported("as_strided with symbolic sizes or strides")
+    z = luminal.Expression.var("z")
+    flat = luminal.Expression(int(storage_offset or 0))
+    inner = 1
+    for n, st in reversed(list(zip(size, stride))):
+        flat = flat + (z // inner) % n * st
+        inner *= n
+    numel = inner
+    if numel == 0:
+        return t.g.constant(0.0, x.dtype).expand(list(size))
+    index = t.g.iota(flat, [numel], DT.I64)
+    return x.reshape([-1]).index_select(0, index).reshape(list(size))
 
 
 # Ops translated whole although PyTorch's decomposition tables would split them: their
