@@ -15,7 +15,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "python"))
 
-from luminal.torch import _ops  # noqa: E402
+from luminal.torch import _ops, export_decompositions  # noqa: E402
 from luminal.torch._translate import op_name  # noqa: E402
 
 
@@ -45,11 +45,39 @@ def corpus_usage() -> dict[str, set[str]]:
     used: dict[str, set[str]] = collections.defaultdict(set)
     for model_name, make in CORPUS.items():
         model, inputs = make()
-        ep = torch.export.export(model.eval(), inputs, strict=False).run_decompositions()
+        ep = torch.export.export(model.eval(), inputs, strict=False).run_decompositions(export_decompositions())
         for node in ep.graph.nodes:
             if node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload):
                 used[op_name(node.target)].add(model_name)
     return used
+
+
+def compile_path_untranslated() -> dict[str, set[str]]:
+    """Ops the corpus reaches through torch.compile(backend="luminal") (AOTAutograd with the
+    backend's decomposition table) that have no translator: the backend would run them in
+    PyTorch as graph breaks. Each model is traced, not compiled by luminal."""
+    from functorch.compile import make_boxed_func
+    from test_torch_corpus import CORPUS
+    from torch._decomp import core_aten_decompositions
+    from torch._dynamo.backends.common import aot_autograd
+
+    from luminal.torch import _translatable
+
+    missing: dict[str, set[str]] = collections.defaultdict(set)
+    decompositions = {op: fn for op, fn in core_aten_decompositions().items() if op not in _ops.KEEP_WHOLE}
+    for model_name, make in CORPUS.items():
+        def record(gm, inputs, model_name=model_name):
+            for node in gm.graph.nodes:
+                if node.op == "call_function" and not _translatable(node):
+                    missing[op_name(node.target)].add(model_name)
+            return make_boxed_func(gm.forward)
+
+        torch._dynamo.reset()
+        model, inputs = make()
+        with torch.no_grad():
+            torch.compile(model.eval(), backend=aot_autograd(fw_compiler=record, decompositions=decompositions))(*inputs)
+    torch._dynamo.reset()
+    return missing
 
 
 def main() -> None:
@@ -70,8 +98,12 @@ def main() -> None:
         f"- core ATen ops: {len(core)}; translated: {n_translated}",
         f"- core ops the corpus uses: {len(used_core)}; of those translated: {len(used_core) - len(used_missing)}"
         + (f" (missing: {', '.join(sorted(used_missing))})" if used_missing else ""),
-        "",
     ]
+    compile_missing = compile_path_untranslated()
+    lines.append("- ops the corpus reaches through `torch.compile(backend=\"luminal\")` without a translator: "
+                 + (", ".join(f"`{n}` ({', '.join(sorted(m))})" for n, m in sorted(compile_missing.items()))
+                    if compile_missing else "none"))
+    lines.append("")
     extra = sorted(n for n in used if n not in core_names)
     if extra:
         lines += ["Non-core ops the corpus graphs still contain (translated or skipped as no-ops): "

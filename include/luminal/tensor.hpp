@@ -237,6 +237,11 @@ class GraphTensor {
   // F.unfold (im2col): (N, C, H, W) -> (N, C*kh*kw, L).
   GraphTensor im2col(std::pair<int, int> kernel, std::pair<int, int> dilation = {1, 1},
                      std::pair<int, int> padding = {0, 0}, std::pair<int, int> stride = {1, 1}) const;
+  // F.fold (col2im), the inverse of im2col: (N, C*kh*kw, L) -> (N, C, H, W) with
+  // (H, W) = output_size, overlapping blocks summed.
+  GraphTensor col2im(std::pair<int64_t, int64_t> output_size, std::pair<int, int> kernel,
+                     std::pair<int, int> dilation = {1, 1}, std::pair<int, int> padding = {0, 0},
+                     std::pair<int, int> stride = {1, 1}) const;
   GraphTensor pixel_shuffle(int upscale) const;
   GraphTensor pixel_unshuffle(int downscale) const;
   GraphTensor max_pool2d(std::pair<int, int> kernel, std::pair<int, int> stride = {0, 0},
@@ -312,6 +317,11 @@ class GraphTensor {
 // same seed gives the same tensor on every runtime): uniform in [0, 1) and standard normal.
 GraphTensor rand(Graph& g, const Shape& shape, uint64_t seed, DType dtype = DType::F32);
 GraphTensor randn(Graph& g, const Shape& shape, uint64_t seed, DType dtype = DType::F32);
+// The same with every counter shifted by `offset`, an I64 scalar tensor (e.g. a graph input
+// fed per execution): one compiled graph then draws fresh numbers on every run, like an
+// RNG's (seed, offset) state; the same (seed, offset) gives the same tensor.
+GraphTensor rand(Graph& g, const Shape& shape, uint64_t seed, const GraphTensor& offset, DType dtype = DType::F32);
+GraphTensor randn(Graph& g, const Shape& shape, uint64_t seed, const GraphTensor& offset, DType dtype = DType::F32);
 GraphTensor full(Graph& g, const Shape& shape, double value, DType dtype = DType::F32);
 GraphTensor zeros(Graph& g, const Shape& shape, DType dtype = DType::F32);
 GraphTensor ones(Graph& g, const Shape& shape, DType dtype = DType::F32);

@@ -19,12 +19,14 @@ from ._luminal import (  # noqa: F401  (the public API)
     broadcast_shapes,
     dtype_bytes,
     is_float,
-    models,
     parse_dtype,
     promote,
     runtimes,
     scalar_like,
 )
+
+# Absent where the package was built without models (LUMINAL_BUILD_MODELS=OFF).
+models = getattr(_luminal, "models", None)
 
 __version__ = "0.1.0"
 

@@ -155,12 +155,15 @@ void bind_graph(nb::module_& m) {
       .def("linspace", [](Graph& g, double start, double end, int64_t steps, DType dtype) {
              return linspace(g, start, end, steps, dtype);
            }, "start"_a, "end"_a, "steps"_a, "dtype"_a = DType::F32, nb::call_policy<TiesToGraph>())
-      .def("rand", [](Graph& g, const Shape& shape, uint64_t seed, DType dtype) { return rand(g, shape, seed, dtype); },
-           "shape"_a, "seed"_a = 0, "dtype"_a = DType::F32, nb::call_policy<TiesToGraph>(),
-           "Uniform [0, 1): a counter-based hash of the element index and the seed (the same on every runtime).")
-      .def("randn", [](Graph& g, const Shape& shape, uint64_t seed, DType dtype) { return randn(g, shape, seed, dtype); },
-           "shape"_a, "seed"_a = 0, "dtype"_a = DType::F32, nb::call_policy<TiesToGraph>(),
-           "Standard normal (Box-Muller on the same counter-based hash as rand).")
+      .def("rand", [](Graph& g, const Shape& shape, uint64_t seed, DType dtype, const std::optional<GraphTensor>& offset) {
+             return offset ? rand(g, shape, seed, *offset, dtype) : rand(g, shape, seed, dtype);
+           }, "shape"_a, "seed"_a = 0, "dtype"_a = DType::F32, "offset"_a = nb::none(), nb::call_policy<TiesToGraph>(),
+           "Uniform [0, 1): a counter-based hash of the element index and the seed (the same on every runtime); "
+           "`offset` (an I64 scalar tensor, e.g. an input fed per run) shifts the counters.")
+      .def("randn", [](Graph& g, const Shape& shape, uint64_t seed, DType dtype, const std::optional<GraphTensor>& offset) {
+             return offset ? randn(g, shape, seed, *offset, dtype) : randn(g, shape, seed, dtype);
+           }, "shape"_a, "seed"_a = 0, "dtype"_a = DType::F32, "offset"_a = nb::none(), nb::call_policy<TiesToGraph>(),
+           "Standard normal (Box-Muller on the same counter-based hash as rand), `offset` as rand.")
       .def("iota", &Graph::iota, "value"_a, "shape"_a, "dtype"_a = DType::I32, nb::call_policy<TiesToGraph>(),
            "Element at flat index z is value(z); Expression.var('z') is the index.")
       .def("update", &Graph::update, "state"_a, "value"_a, nb::call_policy<TiesToGraph>(),

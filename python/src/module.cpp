@@ -11,5 +11,7 @@ NB_MODULE(_luminal, m) {
   py::bind_graph(m);
   py::bind_tensor(m);
   py::bind_runtime(m);
+#ifdef LUMINAL_HAVE_MODELS  // python/CMakeLists.txt: models are optional
   py::bind_models(m);
+#endif
 }

@@ -181,9 +181,11 @@ void bind_runtime(nb::module_& m) {
            }, "dims"_a = std::map<std::string, int64_t>{}, "trials"_a = 3, "timeout_s"_a = 60.0,
            "Seconds per execution over `trials` runs.")
       .def("set_data", [](PyRuntime& r, const std::variant<GraphTensor, NodeId>& t, const AnyArray& a) {
-             LUMINAL_CHECK(a.device_type() == nb::device::cpu::value || r.device != "cpu",
-                           "set_data: the array lives on a device (DLPack device type ", a.device_type(),
-                           ") but runtime '", r.kind, "' runs on the CPU; move it to the CPU explicitly");
+             // The runtime interface takes host data (a device runtime uploads it itself), so a
+             // device array is never read from the host; the caller copies it explicitly.
+             LUMINAL_CHECK(a.device_type() == nb::device::cpu::value, "set_data: the array lives on a device ",
+                           "(DLPack device type ", a.device_type(), "); runtime '", r.kind, "' (device ", r.device,
+                           ") takes host arrays: copy it to the CPU explicitly (e.g. tensor.cpu())");
              HostTensor h = host_from_array(a);
              NodeId id = node_of(r, t);
              if (const auto* gt = std::get_if<GraphTensor>(&t)) {

@@ -2,7 +2,9 @@
 // Graph.compile(runtime="name") without any other binding change.
 #include "bindings.hpp"
 
+#ifdef LUMINAL_HAVE_CPU  // set where the CPU backend is built (python/CMakeLists.txt)
 #include "luminal/cpu/cpu_runtime.hpp"
+#endif
 #ifdef LUMINAL_HAVE_CUDA  // set where the CUDA backend is built (python/CMakeLists.txt)
 #include "luminal_cuda/cuda_runtime.hpp"
 #endif
@@ -29,8 +31,10 @@ void register_builtin_runtimes() {
   if (!r.empty()) return;
   r.push_back({"reference", "cpu", "double-precision interpreter (slow, exact; every backend is tested against it)",
                [] { return std::make_unique<ReferenceRuntime>(); }});
+#ifdef LUMINAL_HAVE_CPU
   r.push_back({"cpu", "cpu", "the CPU backend: compiled fused kernels, our GEMM and OpenBLAS, one thread pool",
                [] { return std::make_unique<cpu::CpuRuntime>(); }});
+#endif
 #ifdef LUMINAL_HAVE_CUDA
   // Listed on every machine; compiling with it where no GPU is usable throws
   // "CUDA backend unavailable: ...".

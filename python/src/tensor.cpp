@@ -207,6 +207,8 @@ void bind_tensor(nb::module_& m) {
       .def("interpolate", &T::interpolate, "size"_a, "mode"_a = "nearest", "align_corners"_a = false, tie)
       .def("im2col", &T::im2col, "kernel"_a, "dilation"_a = std::pair{1, 1}, "padding"_a = std::pair{0, 0},
            "stride"_a = std::pair{1, 1}, tie, "F.unfold")
+      .def("col2im", &T::col2im, "output_size"_a, "kernel"_a, "dilation"_a = std::pair{1, 1},
+           "padding"_a = std::pair{0, 0}, "stride"_a = std::pair{1, 1}, tie, "F.fold: overlapping blocks summed")
       .def("pixel_shuffle", &T::pixel_shuffle, "upscale"_a, tie)
       .def("pixel_unshuffle", &T::pixel_unshuffle, "downscale"_a, tie)
       .def("max_pool2d", &T::max_pool2d, "kernel"_a, "stride"_a = std::pair{0, 0}, "padding"_a = std::pair{0, 0}, tie)

@@ -56,19 +56,49 @@ void check_float(DType dtype, const char* op) {
 }
 }  // namespace
 
-GraphTensor rand(Graph& g, const Shape& shape, uint64_t seed, DType dtype) {
-  UserOpScope user_op("rand");
-  check_float(dtype, "rand");
-  return bits_to_unit(squares32(g.iota(Expression::index(), shape, DType::I64), seed), dtype);
+namespace {
+// Counters start + step * i for the elements i of `shape`, shifted by `offset` when given.
+GraphTensor counters(Graph& g, const Shape& shape, int64_t step, int64_t start, const GraphTensor* offset) {
+  Expression value = Expression::index();
+  if (step != 1) value = value * step;
+  if (start != 0) value = value + start;
+  GraphTensor c = g.iota(value, shape, DType::I64);
+  if (!offset) return c;
+  LUMINAL_CHECK(offset->rank() == 0 && offset->dtype() == DType::I64,
+                "rand/randn: offset must be an I64 scalar tensor, got ", dtype_name(offset->dtype()), " ",
+                to_string(offset->shape()));
+  return c + offset->expand(shape);
 }
 
-GraphTensor randn(Graph& g, const Shape& shape, uint64_t seed, DType dtype) {
-  UserOpScope user_op("randn");
+GraphTensor uniform(Graph& g, const Shape& shape, uint64_t seed, const GraphTensor* offset, DType dtype) {
+  check_float(dtype, "rand");
+  return bits_to_unit(squares32(counters(g, shape, 1, 0, offset), seed), dtype);
+}
+
+GraphTensor normal(Graph& g, const Shape& shape, uint64_t seed, const GraphTensor* offset, DType dtype) {
   check_float(dtype, "randn");
   // Box-Muller on counters 2i and 2i + 1, in F64: sqrt(-2 ln u1) cos(2 pi u2), u1 in (0, 1].
-  GraphTensor u1 = 1.0 - bits_to_unit(squares32(g.iota(Expression::index() * 2, shape, DType::I64), seed), DType::F64);
-  GraphTensor u2 = bits_to_unit(squares32(g.iota(Expression::index() * 2 + 1, shape, DType::I64), seed), DType::F64);
+  GraphTensor u1 = 1.0 - bits_to_unit(squares32(counters(g, shape, 2, 0, offset), seed), DType::F64);
+  GraphTensor u2 = bits_to_unit(squares32(counters(g, shape, 2, 1, offset), seed), DType::F64);
   return ((u1.log() * -2.0).sqrt() * (u2 * (2 * std::numbers::pi)).cos()).cast(dtype);
+}
+}  // namespace
+
+GraphTensor rand(Graph& g, const Shape& shape, uint64_t seed, DType dtype) {
+  UserOpScope user_op("rand");
+  return uniform(g, shape, seed, nullptr, dtype);
+}
+GraphTensor randn(Graph& g, const Shape& shape, uint64_t seed, DType dtype) {
+  UserOpScope user_op("randn");
+  return normal(g, shape, seed, nullptr, dtype);
+}
+GraphTensor rand(Graph& g, const Shape& shape, uint64_t seed, const GraphTensor& offset, DType dtype) {
+  UserOpScope user_op("rand");
+  return uniform(g, shape, seed, &offset, dtype);
+}
+GraphTensor randn(Graph& g, const Shape& shape, uint64_t seed, const GraphTensor& offset, DType dtype) {
+  UserOpScope user_op("randn");
+  return normal(g, shape, seed, &offset, dtype);
 }
 
 GraphTensor full(Graph& g, const Shape& shape, double value, DType dtype) {

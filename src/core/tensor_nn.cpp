@@ -425,4 +425,55 @@ GraphTensor GraphTensor::im2col(std::pair<int, int> kernel, std::pair<int, int> 
   });
 }
 
+GraphTensor GraphTensor::col2im(std::pair<int64_t, int64_t> output_size, std::pair<int, int> kernel,
+                                std::pair<int, int> dilation, std::pair<int, int> padding,
+                                std::pair<int, int> stride) const {
+  UserOpScope user_op("col2im");
+  const char* op = "col2im";
+  return batched(*this, 3, op, [&](const GraphTensor& x) {
+    std::vector<Window> w = {{kernel.first, stride.first, padding.first, dilation.first},
+                             {kernel.second, stride.second, padding.second, dilation.second}};
+    std::vector<int64_t> size = {output_size.first, output_size.second}, count(2);
+    for (size_t i = 0; i < 2; ++i) {
+      LUMINAL_CHECK(w[i].kernel > 0 && w[i].stride > 0 && w[i].dilation > 0 && w[i].padding >= 0, op,
+                    ": kernel, stride and dilation must be positive and padding non-negative");
+      LUMINAL_CHECK(size[i] > 0, op, ": output_size must be positive, got (", size[0], ", ", size[1], ")");
+      auto n = window_count(size[i], w[i]).as_constant();
+      LUMINAL_ASSERT(n.has_value(), "col2im: static sizes give a static block count");
+      count[i] = *n;
+      LUMINAL_CHECK(count[i] >= 1, op, ": output_size (", size[0], ", ", size[1], ") is too small for kernel (",
+                    kernel.first, ", ", kernel.second, ") with dilation (", dilation.first, ", ", dilation.second,
+                    ") and padding (", padding.first, ", ", padding.second, ")");
+    }
+    int64_t blocks = count[0] * count[1];
+    int64_t kernel_area = int64_t{kernel.first} * kernel.second;
+    auto rows = x.dim(1).as_constant();
+    LUMINAL_CHECK(!rows || *rows % kernel_area == 0, op, ": input ", to_string(x.shape()), " dim 1 (", x.dim(1),
+                  ") is not divisible by the kernel area ", kernel_area);
+    auto given = x.dim(2).as_constant();
+    LUMINAL_CHECK(given && *given == blocks, op, ": input ", to_string(x.shape()), " has ", x.dim(2),
+                  " blocks but output_size (", size[0], ", ", size[1], ") with these kernel, dilation, padding and ",
+                  "stride gives ", blocks);
+    // Every output pixel gathers the column entry of each kernel offset whose block covers
+    // it (or 0), then the kernel axes are summed: (N, C, H, W, KH, KW) -> (N, C, H, W).
+    Shape gathered = {x.dim(0), x.dim(1) / kernel_area, size[0], size[1], kernel.first, kernel.second};
+    auto c = index_coords(gathered);
+    auto st = row_major_strides(x.shape());
+    Expression row = (c[1] * kernel.first + c[4]) * kernel.second + c[5];
+    Expression valid = 1;
+    std::vector<Expression> block(2);
+    for (size_t i = 0; i < 2; ++i) {
+      // The block whose kernel offset c[4 + i] lands on pixel c[2 + i] starts at r = block * stride.
+      Expression r = c[2 + i] + w[i].padding - c[4 + i] * w[i].dilation;
+      Expression on_grid = luminal::logical_and(luminal::ge(r, 0), luminal::eq(r % w[i].stride, 0));
+      block[i] = r / w[i].stride;
+      valid = luminal::logical_and(valid, luminal::logical_and(on_grid, luminal::lt(block[i], count[i])));
+    }
+    Expression flat = c[0] * st[0] + row * st[1] + (block[0] * count[1] + block[1]) * st[2];
+    GraphTensor g = gather_expr(x, gathered, flat, valid, 0);
+    // The kernel sum keeps the dtype (no integer promotion, unlike sum()).
+    return reduce(OpKind::SumReduce, reduce(OpKind::SumReduce, g, 5), 4);
+  });
+}
+
 }  // namespace luminal

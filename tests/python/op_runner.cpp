@@ -25,6 +25,7 @@
 #include <functional>
 #include <iostream>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -288,7 +289,14 @@ const std::map<std::string, OpFn>& registry() {
          uint64_t seed = a.at("seed");
          DType dt = parse_dtype(a.at("dtype").get<std::string>());
          bool normal = arg(a, "normal", false);
-         auto make = [&](uint64_t s) { return normal ? randn(g, shape, s, dt) : rand(g, shape, s, dt); };
+         // With "offset": the counter-offset overload, and "other" is the next offset (2^32 on).
+         std::optional<double> offset;
+         if (a.contains("offset")) offset = dbl(a.at("offset"));
+         auto make = [&](uint64_t s, double shift = 0) {
+           if (!offset) return normal ? randn(g, shape, s, dt) : rand(g, shape, s, dt);
+           GraphTensor off = g.constant(*offset + shift, DType::I64);
+           return normal ? randn(g, shape, s, off, dt) : rand(g, shape, s, off, dt);
+         };
          GraphTensor x = make(seed).cast(DType::F64).reshape({-1});
          GraphTensor mean = x.mean({});
          GraphTensor c = x - mean;
@@ -296,7 +304,9 @@ const std::map<std::string, OpFn>& registry() {
          Expression n = x.dim(0);
          GraphTensor lag = (c.slice(0, Expression(0), n - 1) * c.slice(0, Expression(1), n)).mean({}) / var;
          GraphTensor same = make(seed).eq(make(seed)).cast(DType::F64).mean({});
-         GraphTensor other = make(seed).eq(make(seed + 1)).cast(DType::F64).mean({});
+         GraphTensor other = (offset ? make(seed).eq(make(seed, 4294967296.0)) : make(seed).eq(make(seed + 1)))
+                                 .cast(DType::F64)
+                                 .mean({});
          // In range: [min >= lo, max < hi] (1 or 0); NaN fails both.
          GraphTensor y = make(seed);
          GraphTensor lo = y.min({}).ge(normal ? -7.0 : 0.0).cast(DType::F64);
@@ -386,6 +396,11 @@ const std::map<std::string, OpFn>& registry() {
       {"im2col", [](Ins& in, const json& a) -> Outs {
          return {in[0].im2col(pair2(a, "kernel", 1), pair2(a, "dilation", 1), pair2(a, "padding", 0),
                               pair2(a, "stride", 1))};
+       }},
+      {"col2im", [](Ins& in, const json& a) -> Outs {
+         auto size = a.at("output_size").get<std::vector<int64_t>>();
+         return {in[0].col2im({size.at(0), size.at(1)}, pair2(a, "kernel", 1), pair2(a, "dilation", 1),
+                              pair2(a, "padding", 0), pair2(a, "stride", 1))};
        }},
       {"outer", [](Ins& in, const json&) -> Outs { return {in[0].outer(in[1])}; }},
       {"diag", [](Ins& in, const json& a) -> Outs { return {in[0].diag(arg<int64_t>(a, "offset", 0))}; }},

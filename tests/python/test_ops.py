@@ -1364,6 +1364,14 @@ def gen_more_reductions():
     case("rand", "F32.seed0", [], lambda v: (torch.tensor([0.5, 1 / 12, 0.0, 1.0, 0.0], dtype=torch.float64),
                                              torch.ones(2, dtype=torch.float64)),
          args={"shape": [128, 512], "seed": 0, "dtype": "F32"}, runner_op="rand_stats", upcast=False, tol_scale=1e7)
+    # The counter-offset overload (luminal.torch feeds a fresh offset per call): same stats,
+    # and the next call's offset (2^32 on) draws different numbers.
+    for normal, dt in ((False, "F32"), (True, "F64"), (False, "BF16")):
+        expect = [0.0, 1.0, 0.0, 1.0, 0.0] if normal else [0.5, 1 / 12, 0.0, 1.0, 0.0]
+        case("randn" if normal else "rand", f"{dt}.offset_stats", [],
+             lambda v, e=expect: (torch.tensor(e, dtype=torch.float64), torch.ones(2, dtype=torch.float64)),
+             args={"shape": [256, 256], "seed": 7, "dtype": dt, "normal": normal, "offset": 3 * 2.0 ** 32},
+             runner_op="rand_stats", upcast=False, tol_scale=5e7 if normal else 1e7)
 
     for dt in ALL:
         case("full", f"{dt}.2d", [], lambda v, dt=dt: torch.full((3, 4), 1 if dt == "Bool" else 3, dtype=TD[dt]),
@@ -1628,6 +1636,40 @@ def gen_more_nn():
              lambda v, acc=acc: v[0].index_put((v[1], v[2]), v[3], accumulate=acc), args={"accumulate": acc})
     case("index_put", "F32.dups_accumulate", [rnd((4,), "F32"), torch.tensor([1, 1, 3, 1]), rnd((4,), "F32")],
          lambda v: v[0].index_put((v[1],), v[2], accumulate=True), args={"accumulate": True}, tol_scale=2)
+
+    # col2im (F.fold): overlapping blocks sum. Input (N, C*kh*kw, L) with L the block count.
+    # Last, so the cases before keep their random data.
+    def fold(v, a):
+        return F.fold(v[0], a["output_size"], a["kernel"], dilation=a.get("dilation", 1), padding=a.get("padding", 0),
+                      stride=a.get("stride", 1))
+
+    def fold_blocks(a):
+        return F.unfold(torch.zeros(1, 1, *a["output_size"]), a["kernel"], dilation=a.get("dilation", 1),
+                        padding=a.get("padding", 0), stride=a.get("stride", 1)).shape[-1]
+    folds = {"k2": {"output_size": [5, 6], "kernel": [2, 2]},
+             "k3_p1_s2": {"output_size": [6, 7], "kernel": [3, 3], "padding": [1, 1], "stride": [2, 2]},
+             "k2x3_d2": {"output_size": [6, 7], "kernel": [2, 3], "dilation": [2, 1]},
+             "k3x2_mixed": {"output_size": [7, 8], "kernel": [3, 2], "dilation": [1, 2], "padding": [1, 0],
+                            "stride": [2, 1]},
+             "k1_s3_gaps": {"output_size": [7, 5], "kernel": [1, 1], "stride": [3, 2]}}  # never-covered pixels
+    for tag, a in folds.items():
+        k = a["kernel"][0] * a["kernel"][1]
+        case("col2im", f"F32.{tag}", [rnd((2, 3 * k, fold_blocks(a)), "F32")], lambda v, a=a: fold(v, a), args=a,
+             tol_scale=2)
+    a = folds["k3_p1_s2"]
+    for dt in ("F16", "BF16", "F64"):
+        case("col2im", f"{dt}.k3_p1_s2", [rnd((1, 2 * 9, fold_blocks(a)), dt)], lambda v, a=a: fold(v, a), args=a,
+             tol_scale=2)
+    a = folds["k2"]
+    case("col2im", "F32.transposed", [Inp(rnd((2, fold_blocks(a), 8), "F32"), {"kind": "transpose", "dims": [1, 2]})],
+         lambda v, a=a: fold(v, a), args=a)
+    case("col2im", "F32.unbatched", [rnd((3 * 4, fold_blocks(a)), "F32")], lambda v, a=a: fold(v, a), args=a)
+    case("col2im", "F32.special", [special("F32")[:8].reshape(1, 4, 2).repeat(1, 1, 10)], lambda v, a=a: fold(v, a),
+         args=a)
+    case("col2im", "F32.dynamic_batch", [Inp(rnd((3, 8, fold_blocks(a)), "F32"), sym={0: "n"})],
+         lambda v, a=a: fold(v, a), args=a)
+    case("col2im", "I32.k2", [rnd((1, 8, fold_blocks(a)), "I32")],
+         lambda v, a=a: fold([v[0].double()], a).to(torch.int32), args=a)
 
 
 # ----------------------------------------------------------------------------------------

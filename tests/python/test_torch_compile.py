@@ -118,3 +118,14 @@ def test_dynamic_shapes_under_torch_compile_compile_once():
             x = torch.randn(1, n, 8)
             close(compiled(x), model(x))
     assert lt.stats["compiles"] - start == 1
+
+
+def test_fold_and_unfold_translate_whole_under_torch_compile():
+    # PyTorch's core decompositions split col2im into an accumulating index_put over
+    # non-leading indices; the backend keeps it whole (luminal.torch._ops.KEEP_WHOLE).
+    fn = lambda a: nn.functional.fold(nn.functional.unfold(a, 3, padding=1, stride=2) * 1.5, (5, 7), 3,  # noqa: E731
+                                      padding=1, stride=2)
+    x = torch.randn(2, 3, 5, 7)
+    compiled = torch.compile(fn, backend="luminal", options={"fallback": "error"})
+    with torch.no_grad():
+        close(compiled(x), fn(x))

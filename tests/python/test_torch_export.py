@@ -279,6 +279,15 @@ OPS = {
     "pixel_shuffle_roll": (lambda a: nn.functional.pixel_unshuffle(nn.functional.pixel_shuffle(a, 2), 2).roll(1, 2),
                            [(1, 8, 2, 3)]),
     "im2col": (lambda a: nn.functional.unfold(a, 2, padding=1, stride=2), [(1, 2, 4, 5)]),
+    "cdist": (lambda a, b: torch.cdist(a, b) + torch.cdist(a, b, p=1.0) + torch.cdist(a, b, p=float("inf"))
+              + torch.cdist(a, b, p=0.0), [(2, 4, 3), (2, 5, 3)]),
+    "masked_scatter": (lambda a, b: a.masked_scatter(a > 0, b) + a.masked_scatter(a[0] < 0.5, b), [(3, 4), (13,)]),
+    "as_strided": (lambda a: (a * 2).as_strided((3, 2), (2, 3), 1) + (a - 1).as_strided((3, 2), (0, 5), 2), [(4, 4)]),
+    "fold": (lambda a: nn.functional.fold(a, (5, 6), 2), [(1, 8, 20)]),
+    "fold_mixed": (lambda a: nn.functional.fold(a, (7, 8), (3, 2), dilation=(1, 2), padding=(1, 0), stride=(2, 1)),
+                   [(2, 18, 24)]),
+    "fold_unfold_roundtrip": (lambda a: nn.functional.fold(nn.functional.unfold(a, 3, padding=1, stride=2), (5, 7), 3,
+                                                           padding=1, stride=2), [(1, 2, 5, 7)]),
     "index_put_accumulate": (lambda a, b: a.index_put((torch.tensor([2, 0, 2]), torch.tensor([1, 3, 1])), b,
                                                       accumulate=True), [(3, 4), (3,)]),
     "scatter_reduce_sum": (lambda a, b: a.scatter_reduce(1, torch.tensor([[0, 0], [3, 1], [2, 2]]), b, "sum",
@@ -363,3 +372,31 @@ def test_non_contiguous_parameter_crosses_correctly():
     compiled = lt.compile(model, (x,))
     with torch.no_grad():
         close(compiled(x), model(x))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("layout", ["contiguous", "transposed", "unbatched"])
+def test_fold_across_dtypes_and_layouts(dtype, layout):
+    """F.fold (aten.col2im): odd output sizes, padding + stride + dilation, non-contiguous input."""
+    fn = lambda a: nn.functional.fold(a, (7, 5), (2, 3), dilation=(2, 1), padding=(1, 1), stride=(1, 2))  # noqa: E731
+    # blocks: (7 + 2 - 2 - 1) / 1 + 1 = 7 rows, (5 + 2 - 2 - 1) / 2 + 1 = 3 cols -> L = 21
+    x = _data((3, 12, 21), dtype, seed=3)
+    if layout == "transposed":
+        x = x.transpose(1, 2).contiguous().transpose(1, 2)
+        assert not x.is_contiguous()
+    elif layout == "unbatched":
+        x = x[0]
+    compiled = lt.compile(Fn(fn), (x,))
+    close(compiled(x), fn(x), tol={torch.float16: 1e-2, torch.bfloat16: 4e-2}.get(dtype, 1e-5))
+
+
+def test_col2im_with_inconsistent_sizes_is_a_clear_error():
+    g = luminal.Graph()
+    with pytest.raises(luminal.Error, match=r"col2im: input \[1, 8, 19\] has 19 blocks .* gives 20"):
+        g.tensor([1, 8, 19]).col2im((5, 6), (2, 2))
+    with pytest.raises(luminal.Error, match="not divisible by the kernel area 4"):
+        g.tensor([1, 7, 20]).col2im((5, 6), (2, 2))
+    with pytest.raises(luminal.Error, match="too small for kernel"):
+        g.tensor([1, 9, 1]).col2im((2, 2), (3, 3))
+    with pytest.raises(luminal.Error, match="rank 3"):
+        g.tensor([2, 1, 8, 20]).col2im((5, 6), (2, 2))

@@ -29,7 +29,8 @@ import luminal
 
 from ._translate import Translation, Translator, UnsupportedOpError, describe, to_torch_dtype  # noqa: F401
 
-__all__ = ["compile", "dynamo_backend", "UnsupportedOpError", "CompiledModule", "stats", "DEFAULT_OPTIONS"]
+__all__ = ["compile", "dynamo_backend", "UnsupportedOpError", "CompiledModule", "stats", "DEFAULT_OPTIONS",
+           "export_decompositions"]
 
 # Counters tests and users can read: how many graphs were translated and compiled.
 stats = {"compiles": 0}
@@ -52,6 +53,26 @@ def _compile_options(translation: Translation, opts: dict) -> luminal.CompileOpt
     return o
 
 
+def export_decompositions():
+    """The decomposition table luminal.torch.compile hands run_decompositions(): PyTorch's
+    default (core ATen) less the ops luminal translates whole (_ops.KEEP_WHOLE)."""
+    from . import _ops
+
+    table = torch.export.default_decompositions()
+    for op in _ops.KEEP_WHOLE:
+        table.pop(op, None)
+    return table
+
+
+def _runtime_device(opts: dict) -> str:
+    """The torch device type the chosen runtime's data lives on ("cpu", "cuda")."""
+    runtime = opts.get("runtime", DEFAULT_OPTIONS["runtime"])
+    known = {r["name"]: r for r in luminal.runtimes()}
+    if runtime not in known:
+        raise ValueError(f"luminal.torch: unknown runtime '{runtime}' (available: {', '.join(known)})")
+    return known[runtime]["device"]
+
+
 class _Program:
     """A translated graph compiled into a runtime, fed from torch tensors.
 
@@ -61,11 +82,8 @@ class _Program:
 
     def __init__(self, translation: Translation, opts: dict):
         self.t = translation
+        self.device = _runtime_device(opts)
         runtime = opts.get("runtime", DEFAULT_OPTIONS["runtime"])
-        known = {r["name"]: r for r in luminal.runtimes()}
-        if runtime not in known:
-            raise ValueError(f"luminal.torch: unknown runtime '{runtime}' (available: {', '.join(known)})")
-        self.device = known[runtime]["device"]
         self.rt = luminal.compile(translation.graph, runtime, _compile_options(translation, opts))
         self.uploaded: dict[int, tuple[Any, int]] = {}
         stats["compiles"] += 1
@@ -93,7 +111,12 @@ class _Program:
         seen = self.uploaded.get(slot)
         if version is not None and seen is not None and seen[0]() is value and seen[1] == version:
             return
-        self.rt.set_data(inp.tensor, value.detach())
+        data = value.detach()
+        if data.device.type != "cpu":
+            # The runtime interface takes host data (Runtime::set_tensor); a device runtime
+            # uploads it itself. The caller's tensor is on the runtime's device (check_device).
+            data = data.cpu()
+        self.rt.set_data(inp.tensor, data)
         self.uploaded[slot] = (weakref.ref(value), version) if version is not None else (lambda: None, -1)
 
     def mark_current(self, slot: int, value: torch.Tensor) -> None:
@@ -127,7 +150,10 @@ class _Program:
         self.check_device([a for a in args if isinstance(a, torch.Tensor)], "input")
         self.check_inputs(args)
         for slot, inp in enumerate(self.t.inputs):
-            value = args[inp.index] if inp.kind == "user" else params[inp.name]
+            if inp.kind == "rng":
+                value = _rng_offset()
+            else:
+                value = args[inp.index] if inp.kind == "user" else params[inp.name]
             self._upload(slot, inp, value)
         dims = self.dims(args)
         self.rt.execute(dims)
@@ -151,7 +177,16 @@ class _Program:
         shape = [int(s) if s.is_constant() else s.eval(dims) for s in tensor.shape]
         if list(out.shape) != shape:
             out = out.reshape(shape)
+        if self.device != "cpu":  # outputs come back through the host; hand them out where the inputs live
+            out = out.to(self.device)
         return out if out.dtype == dtype else out.to(dtype)
+
+
+def _rng_offset() -> torch.Tensor:
+    """A fresh counter offset for luminal's random ops, drawn from torch's default CPU
+    generator: a multiple of 2^32, so the counters of one call (fewer than 2^31 elements
+    per op) never reach another call's."""
+    return torch.randint(0, 1 << 30, (), dtype=torch.int64) * (1 << 32)
 
 
 class CompiledModule:
@@ -204,7 +239,7 @@ def compile(model: torch.nn.Module, example_inputs: Sequence[Any], dynamic_shape
         model.eval()
     args = tuple(example_inputs)
     exported = torch.export.export(model, args, kwargs=example_kwargs, dynamic_shapes=dynamic_shapes, strict=False)
-    exported = exported.run_decompositions()
+    exported = exported.run_decompositions(export_decompositions())
     sig = exported.graph_signature
 
     kinds: dict[str, tuple[str, str]] = {}
@@ -235,7 +270,8 @@ def compile(model: torch.nn.Module, example_inputs: Sequence[Any], dynamic_shape
         elif spec.kind != _OutputKind.USER_OUTPUT:
             raise UnsupportedOpError(f"luminal.torch: output of kind {spec.kind.name} is not supported")
 
-    translator = Translator(exported.graph_module, lambda node, i: kinds[node.name], mutations=mutation_labels)
+    translator = Translator(exported.graph_module, lambda node, i: kinds[node.name], mutations=mutation_labels,
+                            device=_runtime_device(opts))
     translation = translator.run()
     params = _named_tensors(model, exported, translation)
     program = _Program(translation, opts)
@@ -248,7 +284,7 @@ def _named_tensors(model, exported, translation: Translation) -> dict[str, torch
     write-backs land in the model as in eager mode."""
     out = {}
     for inp in translation.inputs:
-        if inp.kind == "user":
+        if inp.kind in ("user", "rng"):
             continue
         value = None
         if isinstance(model, torch.nn.Module):
@@ -304,12 +340,15 @@ def dynamo_backend(gm: torch.fx.GraphModule, example_inputs: list, options: dict
         raise UnsupportedOpError("the luminal backend compiles inference only; run the model under "
                                  "torch.no_grad() or torch.inference_mode()")
 
+    from . import _ops
+
+    decompositions = {op: fn for op, fn in core_aten_decompositions().items() if op not in _ops.KEEP_WHOLE}
     return aot_autograd(fw_compiler=forward_compiler, bw_compiler=backward_compiler,
-                        decompositions=core_aten_decompositions())(gm, example_inputs)
+                        decompositions=decompositions)(gm, example_inputs)
 
 
 def _compile_fx(fx: torch.fx.GraphModule, opts: dict) -> _Program:
-    translation = Translator(fx, lambda node, i: ("user", f"input_{i}")).run()
+    translation = Translator(fx, lambda node, i: ("user", f"input_{i}"), device=_runtime_device(opts)).run()
     return _Program(translation, opts)
 
 

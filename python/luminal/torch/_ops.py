@@ -261,9 +261,10 @@ register(aten.clamp_max.default)(lambda t, node, x, m: _clamp(t, node, x, max=m)
 @register(aten._to_copy.default)
 def _to_copy(t, node, x, *, dtype=None, device=None, layout=None, pin_memory=None, non_blocking=False,
              memory_format=None):
-    if device is not None and torch.device(device).type != "cpu":
-        unsupported(f"moving a tensor to device '{device}' inside the model (luminal does not move data "
-                    "between devices silently; put the model and its inputs on one device)")
+    if device is not None and torch.device(device).type != t.device:
+        unsupported(f"moving a tensor to device '{device}' inside the model, which is compiled for "
+                    f"'{t.device}' (luminal does not move data between devices silently; put the model and its "
+                    "inputs on one device)")
     return x if dtype is None else x.cast(out_dtype(node))
 
 
@@ -272,7 +273,7 @@ def _identity(t, node, x, *args, **kwargs):
 
 
 register(aten.clone.default, aten.alias.default, aten.detach.default, aten.lift_fresh_copy.default,
-         aten.contiguous.default, aten.dropout.default)(_identity)
+         aten.contiguous.default)(_identity)
 
 
 @register(aten.copy.default)
@@ -847,7 +848,7 @@ def _full_like(t, node, x, fill_value, **kwargs):
 register(aten.zeros_like.default, aten.empty_like.default)(lambda t, node, x, **kw: _filled(t, node, 0))
 register(aten.ones_like.default)(lambda t, node, x, **kw: _filled(t, node, 1))
 register(aten.zeros.default, aten.empty.memory_format, aten.new_zeros.default, aten.new_empty.default,
-         aten.empty_strided.default)(lambda t, node, *a, **kw: _filled(t, node, 0))
+         aten.empty_strided.default, aten.empty_permuted.default)(lambda t, node, *a, **kw: _filled(t, node, 0))
 register(aten.ones.default, aten.new_ones.default)(lambda t, node, *a, **kw: _filled(t, node, 1))
 register(aten.scalar_tensor.default)(lambda t, node, v, **kw: _filled(t, node, v))
 
@@ -881,11 +882,157 @@ def getitem(t, node, seq, i):
 register(aten.fill.Scalar)(lambda t, node, x, value: _filled(t, node, value))
 
 
+# ---- random numbers ------------------------------------------------------------------------
+# luminal cannot replay PyTorch's generator (Philox / Mersenne Twister), so the contract is
+# distribution-level: each random op draws from the same distribution as PyTorch, from
+# luminal's counter-based generator keyed by a per-op seed and an offset the program draws
+# from torch's default generator on every call (Translator.random_source). The same
+# torch.manual_seed gives the same results; every call (and every op) draws fresh numbers.
+# Anything that cannot be drawn faithfully is an UnsupportedOpError (docs/PYTHON.md).
+
+def _no_generator(kwargs):
+    if kwargs.get("generator") is not None:
+        unsupported("an explicit torch.Generator (luminal draws from torch's default generator)")
+
+
+def _check_random_size(shape):
+    n = 1
+    for s in shape:
+        c = s if isinstance(s, int) else s.as_constant()
+        n *= c if c is not None else 1
+    # One call's counters (2 per element for normal draws) must stay below the 2^32 step
+    # between calls' offsets, or two calls could repeat numbers.
+    if n > 1 << 31:
+        unsupported(f"a random tensor of {n} elements (at most 2^31 per op)")
+
+
+def _uniform(t, node, shape, dtype=DT.F32):
+    _check_random_size(shape)
+    seed, offset = t.random_source()
+    return t.g.rand(shape, seed, dtype, offset)
+
+
+def _normal(t, node, shape, dtype=DT.F32):
+    _check_random_size(shape)
+    seed, offset = t.random_source()
+    return t.g.randn(shape, seed, dtype, offset)
+
+
+def _float_out(node):
+    dt = out_dtype(node)
+    if not luminal.is_float(dt):
+        unsupported(f"{node.target} with integer dtype {dt}")
+    return dt
+
+
+@register(aten.rand.default, aten.rand_like.default)
+def _rand(t, node, *args, **kwargs):
+    _no_generator(kwargs)
+    return _uniform(t, node, out_shape(t, node), _float_out(node))
+
+
+@register(aten.randn.default, aten.randn_like.default)
+def _randn(t, node, *args, **kwargs):
+    _no_generator(kwargs)
+    return _normal(t, node, out_shape(t, node), _float_out(node))
+
+
+@register(aten.randint.default, aten.randint.low, aten.randint_like.default, aten.randint_like.low_dtype)
+def _randint(t, node, *args, **kwargs):
+    _no_generator(kwargs)
+    if node.target in (aten.randint.default, aten.randint_like.default):
+        low, high = 0, args[1] if node.target is aten.randint_like.default else args[0]
+    else:
+        low, high = (args[1], args[2]) if node.target is aten.randint_like.low_dtype else (args[0], args[1])
+    if not all(isinstance(v, int) for v in (low, high)):
+        unsupported("randint with symbolic bounds")
+    span = high - low
+    if span <= 0:
+        unsupported(f"randint with an empty range [{low}, {high})")
+    # The uniform draw carries 32 random bits: a wider range would leave values unreachable.
+    if span > 1 << 32:
+        unsupported(f"randint over a range of {span} values (luminal draws 32 random bits; at most 2^32 values)")
+    u = _uniform(t, node, out_shape(t, node), DT.F64)
+    return ((u * float(span)).floor() + float(low)).cast(out_dtype(node))
+
+
+RANDPERM_MAX = 4096
+
+
+@register(aten.randperm.default)
+def _randperm(t, node, n, **kwargs):
+    _no_generator(kwargs)
+    if not isinstance(n, int):
+        unsupported("randperm with a symbolic size")
+    if n > RANDPERM_MAX:  # the tensor API's sort compares all pairs: n^2 memory
+        unsupported(f"randperm({n}): at most {RANDPERM_MAX} elements (luminal's argsort compares all pairs)")
+    # A uniformly random permutation: the stable argsort of n random keys. Two 32-bit draws
+    # make each key (53 bits survive in F64), so ties, which would favour the identity
+    # order, have probability below n^2 / 2^54.
+    high = _uniform(t, node, [n], DT.F64)
+    low = _uniform(t, node, [n], DT.F64)
+    return (high + low * 2.0 ** -32).argsort(0).cast(out_dtype(node))
+
+
+@register(aten.bernoulli.default, aten.bernoulli.p)
+def _bernoulli(t, node, x, p=None, **kwargs):
+    _no_generator(kwargs)
+    if p is None and not luminal.is_float(x.dtype):
+        unsupported(f"bernoulli of an integer tensor ({x.dtype})")
+    prob = x.cast(DT.F64) if p is None else float(p)
+    u = _uniform(t, node, list(x.shape), DT.F64)
+    return (u < prob).cast(out_dtype(node))
+
+
+@register(aten.uniform.default)
+def _uniform_op(t, node, x, low=0.0, high=1.0, **kwargs):
+    _no_generator(kwargs)
+    u = _uniform(t, node, list(x.shape), DT.F64)
+    return (u * (float(high) - float(low)) + float(low)).cast(_float_out(node))
+
+
+@register(aten.normal_functional.default)
+def _normal_functional(t, node, x, mean=0.0, std=1.0, **kwargs):
+    _no_generator(kwargs)
+    return (_normal(t, node, list(x.shape), DT.F64) * float(std) + float(mean)).cast(_float_out(node))
+
+
+@register(aten.normal.Tensor_float, aten.normal.float_Tensor, aten.normal.Tensor_Tensor, aten.normal.float_float)
+def _normal_op(t, node, mean, std=1.0, *rest, **kwargs):
+    _no_generator(kwargs)
+    dt = _float_out(node)
+    z = _normal(t, node, out_shape(t, node), DT.F64)
+    return (z * as_tensor(t, std, DT.F64) + as_tensor(t, mean, DT.F64)).cast(dt)
+
+
+@register(aten.exponential.default)
+def _exponential(t, node, x, lambd=1.0, **kwargs):
+    _no_generator(kwargs)
+    u = _uniform(t, node, list(x.shape), DT.F64)
+    return ((1.0 - u).log() * (-1.0 / float(lambd))).cast(_float_out(node))
+
+
+def _dropout_train(t, node, x, p):
+    """Training-mode dropout: zero with probability p, scale the rest by 1/(1-p); the mask."""
+    p = float(p)
+    if p >= 1:
+        keep = t.g.constant(0.0, DT.Bool).expand(list(x.shape)) if x.rank else t.g.constant(0.0, DT.Bool)
+        return x * 0.0, keep
+    keep = _uniform(t, node, list(x.shape), DT.F64) >= p
+    scaled = x.cast(DT.F64) * (1.0 / (1.0 - p))
+    return GT.select(keep, scaled, scaled * 0.0).cast(x.dtype), keep
+
+
 @register(aten.native_dropout.default)
 def _native_dropout(t, node, x, p, train):
-    if train:
-        unsupported("dropout in training mode (luminal compiles inference; call model.eval())")
-    return x, None
+    if not train or float(p) == 0:
+        return x, None
+    return _dropout_train(t, node, x, p)
+
+
+@register(aten.dropout.default)
+def _dropout(t, node, x, p, train):
+    return _dropout_train(t, node, x, p)[0] if train and float(p) != 0 else x
 
 
 @register(aten._native_batch_norm_legit.default, aten._native_batch_norm_legit.no_stats)
@@ -1039,6 +1186,76 @@ def _roll(t, node, x, shifts, dims=()):
 @register(aten.im2col.default)
 def _im2col(t, node, x, kernel_size, dilation, padding, stride):
     return x.im2col(_pair(kernel_size), _pair(dilation), _pair(padding), _pair(stride))
+
+
+@register(aten._cdist_forward.default)
+def _cdist(t, node, x1, x2, p, compute_mode=None):
+    # Direct differences (torch may use a matmul expansion for p = 2 on large inputs; the
+    # direct form is the more accurate of the two).
+    return (x1.unsqueeze(-2) - x2.unsqueeze(-3)).norm(float(p), [x1.rank], False)
+
+
+@register(aten.masked_scatter.default)
+def _masked_scatter(t, node, x, mask, source):
+    """x where mask is false; the true positions take source's elements in row-major order."""
+    shape = out_shape(t, node)
+    if source.numel().as_constant() == 0:  # then the mask holds no true element (torch checks)
+        return x
+    mask = broadcast_to(t, mask, shape)
+    flat_mask = mask.reshape([-1])
+    # Position of each true element among the true ones; false positions read element 0.
+    rank = (flat_mask.cast(DT.I64).cumsum(0) - 1).maximum(0)
+    taken = source.reshape([-1]).index_select(0, rank).reshape(shape)
+    return GT.select(mask, taken.cast(x.dtype), broadcast_to(t, x, shape))
+
+
+def _meta_int(node, what):
+    val = out_val(node)
+    if isinstance(val, (int, bool)):
+        return val
+    if isinstance(val, (list, tuple)) and all(isinstance(v, int) for v in val):
+        return tuple(val)
+    unsupported(f"{what} that is not static ({val})")
+
+
+register(aten.sym_stride.int, aten.sym_stride.default)(lambda t, node, x, *a: _meta_int(node, "a stride"))
+register(aten.sym_storage_offset.default)(lambda t, node, x: _meta_int(node, "a storage offset"))
+register(aten.sym_is_contiguous.default)(lambda t, node, x, *a: _meta_int(node, "a contiguity test"))
+
+
+@register(aten.as_strided.default)
+def _as_strided(t, node, x, size, stride, storage_offset=None):
+    """A strided window onto x's storage. luminal tensors are logical, so this is only
+    faithful when PyTorch's x is contiguous from storage offset 0: then storage order is
+    x's row-major order, and the window is a gather at offset + sum(i_k * stride_k)."""
+    src = out_val(node.args[0])
+    if not (isinstance(src, torch.Tensor) and src.is_contiguous() and src.storage_offset() == 0):
+        unsupported("as_strided of a tensor that is not contiguous from storage offset 0 (its storage layout "
+                    "is not luminal's)")
+    if not all(isinstance(v, int) for v in list(size) + list(stride) + [storage_offset or 0]):
+        unsupported("as_strided with symbolic sizes or strides")
+    z = luminal.Expression.var("z")
+    flat = luminal.Expression(int(storage_offset or 0))
+    inner = 1
+    for n, st in reversed(list(zip(size, stride))):
+        flat = flat + (z // inner) % n * st
+        inner *= n
+    numel = inner
+    if numel == 0:
+        return t.g.constant(0.0, x.dtype).expand(list(size))
+    index = t.g.iota(flat, [numel], DT.I64)
+    return x.reshape([-1]).index_select(0, index).reshape(list(size))
+
+
+# Ops translated whole although PyTorch's decomposition tables would split them: their
+# decompositions (index_put with accumulation over non-leading index tensors) are slower to
+# run and harder to translate than the one tensor-API op each maps to.
+KEEP_WHOLE = (aten.col2im.default, aten.im2col.default)
+
+
+@register(aten.col2im.default)
+def _col2im(t, node, x, output_size, kernel_size, dilation, padding, stride):
+    return x.col2im(_pair(output_size), _pair(kernel_size), _pair(dilation), _pair(padding), _pair(stride))
 
 
 @register(aten.linalg_vector_norm.default)

@@ -69,12 +69,16 @@ def op_name(target: Any) -> str:
     return getattr(target, "__name__", str(target))
 
 
+# The label of the random-number offset input (see Translator.random_source).
+RNG_OFFSET = "__luminal_rng_offset"
+
+
 @dataclass
 class Input:
     """A graph input: where its data comes from at call time."""
     name: str                       # luminal label (parameter FQN or "input_<i>")
     tensor: luminal.GraphTensor
-    kind: str                       # "user", "parameter", "buffer", "constant"
+    kind: str                       # "user", "parameter", "buffer", "constant", "rng"
     index: int = -1                 # position among user inputs (kind == "user")
     dtype: torch.dtype = torch.float32
 
@@ -100,8 +104,9 @@ class Translator:
     (kind, name) with kind in user/parameter/buffer/constant."""
 
     def __init__(self, gm: torch.fx.GraphModule, placeholder_kind: Callable[[torch.fx.Node, int], tuple[str, str]],
-                 mutations: dict[int, str] | None = None):
+                 mutations: dict[int, str] | None = None, device: str = "cpu"):
         self.gm = gm
+        self.device = device  # the torch device type of the runtime's data ("cpu", "cuda")
         # Output position -> label of the input it overwrites (buffer mutations).
         self.mutations = mutations or {}
         self.placeholder_kind = placeholder_kind
@@ -109,6 +114,20 @@ class Translator:
         self.result = Translation(self.g)
         self.env: dict[torch.fx.Node, Any] = {}
         self.node: torch.fx.Node | None = None
+        self.rng_offset: luminal.GraphTensor | None = None
+        self.rng_ops = 0
+
+    # ---- random numbers ----
+    def random_source(self) -> tuple[int, luminal.GraphTensor]:
+        """(seed, offset) for one random op: each op gets its own seed, and all share one
+        I64 offset input that the program draws from torch's default generator on every
+        call (_Program.run), so every call draws fresh numbers and torch.manual_seed makes
+        them reproducible."""
+        if self.rng_offset is None:
+            self.rng_offset = self.g.named_tensor(RNG_OFFSET, [], luminal.DType.I64).persist()
+            self.result.inputs.append(Input(RNG_OFFSET, self.rng_offset, "rng", -1, torch.int64))
+        self.rng_ops += 1
+        return self.rng_ops, self.rng_offset
 
     # ---- symbolic sizes ----
     def size(self, s) -> int | luminal.Expression:
