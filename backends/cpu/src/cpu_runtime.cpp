@@ -159,6 +159,7 @@ struct ProgramPlan {
   // buffer and its update Output is void (kernel::in_place_update).
   std::vector<kernel::InPlaceUpdate> in_place;
   std::vector<char> in_place_output;  // per node: an update Output made void
+  std::vector<bool> is_state;          // by program node: an Input some Output updates
 };
 
 }  // namespace
@@ -295,6 +296,9 @@ void CpuRuntime::load_program(size_t slot, const Graph& program, std::vector<Nod
   p.external_ids = std::move(runnable.external_ids);
   p.dim_names = std::move(runnable.dim_names);
   p.program_of = std::move(runnable.program_of);
+  p.is_state.assign(p.graph.size(), false);
+  for (const Node& n : p.graph.nodes())
+    if (n.op == OpKind::Output && n.updates != kNoNode) p.is_state[n.updates] = true;
   std::vector<std::string> regions;
   for (NodeId i = 0; i < p.graph.size(); ++i) {
     const Node& n = p.graph.node(i);
@@ -509,11 +513,12 @@ void CpuRuntime::run(size_t slot, const DimMap& dims) {
         const bool serial = call.macs() < kSerialMacs;
         const bool blas = step.kind == StepKind::BlasGemm;
         // A persisted weight is packed once (OpenBLAS packs inside its own call; a B it
-        // declines, such as BF16, falls back to our GEMM).
+        // declines, such as BF16, falls back to our GEMM). State (a KV cache the program
+        // updates) changes every run: never packed.
         if (const Node& b_node = g.node(n.inputs[1].node);
             (!blas || !blas_supports(call.args)) && !l.b.copy && call.loops.empty() &&
-            b_node.op == OpKind::Input && b_node.persist && p.external_ids[n.inputs[1].node] != kNoNode &&
-            gemm_packs_b(call.args))
+            b_node.op == OpKind::Input && b_node.persist && !p.is_state[n.inputs[1].node] &&
+            p.external_ids[n.inputs[1].node] != kNoNode && gemm_packs_b(call.args))
           call.args.packed_b = s.packed_weight(p.external_ids[n.inputs[1].node], call.args);
         call.for_each([&](const GemmArgs& a) {
           if (serial) {

@@ -178,6 +178,35 @@ TEST(CpuBackend, PersistedWeightsRepackedAfterSetData) {
   }
 }
 
+// State the program itself updates (a KV cache) changes every run: a GEMM reading it as B
+// never packs it (and no copy survives a run, whichever way the update is written back).
+// Three runs against the reference, the state updated each time.
+TEST(CpuBackend, UpdatedStateIsNeverPacked) {
+  Graph cx;
+  auto x = cx.tensor({37, 70});
+  auto w = cx.tensor({70, 45}, DType::BF16).persist();
+  auto y = x.matmul(w.cast(DType::F32)).output();
+  cx.update(w, w * -0.5);  // in BF16: the matmul alone reads the cast
+  auto cpu = cx.compile(cpu::CpuRuntime{}, CompileOptions().search_graph_limit(1).trials(1).verify(VerifyMode::Never));
+  auto ref = cx.compile(ReferenceRuntime{}, CompileOptions().search_graph_limit(1));
+  HostTensor wv = varied(DType::BF16, 70 * 45, 7, false);
+  cpu.set_data(w, wv);
+  ref.set_data(w, wv);
+  for (int round = 0; round < 3; ++round) {
+    HostTensor xv = varied(DType::F32, 37 * 70, 8 + round, false);
+    cpu.set_data(x, xv);
+    ref.set_data(x, xv);
+    cpu.execute(cx.dim_map());
+    ref.execute(cx.dim_map());
+    EXPECT_EQ(cpu.packed_weight_bytes(), 0) << "round " << round;
+    auto got = cpu.get(y).to_f64(), want = ref.get(y).to_f64();
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t k = 0; k < got.size(); ++k)
+      ASSERT_TRUE(same_value(got[k], want[k], 1e-4)) << "round " << round << " element " << k << ": " << got[k]
+                                                     << " instead of " << want[k];
+  }
+}
+
 TEST(CpuBackend, AttentionMatmulsOfRankFiveAndMore) {
   auto build = [](Graph& cx, std::vector<GraphTensor>& in) {
     const Expression s = Expression::var("s"), t = Expression::var("t");
