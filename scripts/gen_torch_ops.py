@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
 """Generate docs/torch_ops.md: every core ATen op (torch.Tag.core), whether luminal.torch
-translates it, and which corpus models (tests/python/test_torch_corpus.py) use it.
+translates it, which corpus models (tests/python/test_torch_corpus.py) use it on the
+torch.export path, and which ops the corpus reaches through torch.compile(backend="luminal")
+without a translator (traced with the backend's decomposition table, not compiled).
 
 Run: .venv/bin/python scripts/gen_torch_ops.py   (needs the luminal package installed)
 """

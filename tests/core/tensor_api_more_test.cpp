@@ -137,6 +137,40 @@ TEST(TensorApiMore, RandomNumbersAreSeededAndInRange) {
   }
 }
 
+TEST(TensorApiMore, RandomCounterOffsetShiftsTheStream) {
+  Graph cx;
+  auto offset = cx.tensor({}, DType::I64);
+  auto plain = rand(cx, {4, 50}, 9, DType::F64).output();
+  auto shifted = rand(cx, {4, 50}, 9, offset, DType::F64).output();
+  auto normal = randn(cx, {4, 50}, 9, offset, DType::F64).output();
+  auto rt = compile(cx);
+  rt.set_data(offset, std::vector<int64_t>{0});
+  rt.execute(cx.dim_map());
+  std::vector<float> p = rt.get_f32(plain), at0 = rt.get_f32(shifted), n0 = rt.get_f32(normal);
+  EXPECT_EQ(p, at0);  // offset 0 is the plain stream
+  rt.set_data(offset, std::vector<int64_t>{int64_t{1} << 32});  // the next call's offset, 2^32 on
+  rt.execute(cx.dim_map());
+  std::vector<float> at1 = rt.get_f32(shifted), n1 = rt.get_f32(normal);
+  int equal = 0;
+  for (size_t i = 0; i < at1.size(); ++i) {
+    EXPECT_TRUE(at1[i] >= 0.f && at1[i] < 1.f) << at1[i];
+    EXPECT_TRUE(std::isfinite(n1[i])) << n1[i];
+    equal += (at1[i] == at0[i]) + (n1[i] == n0[i]);
+  }
+  EXPECT_LT(equal, 3);
+  EXPECT_ERROR_STARTS(rand(cx, {3}, 0, cx.tensor({1}, DType::I64)), "rand/randn: offset must be an I64 scalar");
+  EXPECT_ERROR_STARTS(randn(cx, {3}, 0, cx.tensor({}, DType::I32)), "rand/randn: offset must be an I64 scalar");
+}
+
+TEST(TensorApiMore, Col2imChecksItsSizes) {
+  Graph cx;
+  EXPECT_ERROR_STARTS(cx.tensor({1, 8, 19}).col2im({5, 6}, {2, 2}), "col2im: input [1, 8, 19] has 19 blocks");
+  EXPECT_ERROR_STARTS(cx.tensor({1, 7, 20}).col2im({5, 6}, {2, 2}), "col2im: input [1, 7, 20] dim 1");
+  EXPECT_ERROR_STARTS(cx.tensor({1, 9, 1}).col2im({2, 2}, {3, 3}), "col2im: output_size (2, 2) is too small");
+  EXPECT_ERROR_STARTS(cx.tensor({1, 4, 20}).col2im({5, 6}, {2, 2}, {1, 1}, {0, 0}, {0, 1}), "col2im: kernel, stride");
+  EXPECT_ERROR_STARTS(cx.tensor({2, 1, 4, 20}).col2im({5, 6}, {2, 2}), "col2im: expected an input of rank 3");
+}
+
 TEST(TensorApiMore, DropoutIsIdentityAtInference) {
   Graph cx;
   auto x = cx.tensor({5});
