@@ -73,4 +73,27 @@ inline void fill_random(Runtime& rt, TestModel& m, uint32_t seed = 1) {
   }
 }
 
+// A KV-cache append as the models write it: rows [s, heads, dim] scattered at row p of a
+// persisted cache [max_seq, heads, dim] (Graph::update), and the cache's first p + s rows
+// read back. With `second_reader`, another output reads the old cache (so the update
+// cannot run in place).
+struct CacheAppendGraph {
+  GraphTensor cache, rows;
+  std::vector<GraphTensor> outputs;
+};
+inline CacheAppendGraph build_cache_append(Graph& cx, int64_t max_seq, int64_t heads, int64_t dim, bool second_reader) {
+  const Expression p = Expression::var("p"), s = Expression::var("s");
+  CacheAppendGraph c;
+  c.cache = cx.named_tensor("cache", {max_seq, heads, dim}).persist();
+  c.rows = cx.named_tensor("rows", {s, heads, dim});
+  GraphTensor index = cx.iota(p + Expression::index() / (heads * dim), {s, heads, dim}, DType::I32);
+  GraphTensor next = c.cache.scatter(0, index, c.rows);
+  cx.update(c.cache, next);
+  c.outputs = {(next.slice(0, Expression(0), p + s) * 3.0 - 1.0).sum({0}).output()};
+  if (second_reader) c.outputs.push_back(c.cache.slice(0, 0, 4).sum({1}).output());
+  cx.set_dim("p", 0);
+  cx.set_dim("s", 1);
+  return c;
+}
+
 }  // namespace luminal::testing

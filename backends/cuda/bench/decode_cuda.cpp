@@ -31,9 +31,11 @@
 #include "luminal_cuda/device.hpp"
 #include "luminal_cuda/kernels.hpp"
 
-#include "bench_json.hpp"
+#include "bench_util.hpp"
 
 using namespace luminal;
+using cuda::bench::arg;
+using cuda::bench::median;
 using Clock = std::chrono::steady_clock;
 
 namespace {
@@ -101,17 +103,6 @@ void build(Model& m, const Config& c) {
   }
   x = x.rms_norm(1, param(m, "norm", {c.hidden}, 1.0f), 1e-5);
   m.logits = x.linear(param(m, "lm_head", {c.vocab, c.hidden}, w_scale)).output();
-}
-
-double arg(int argc, char** argv, const char* name, double fallback) {
-  for (int i = 1; i + 1 < argc; ++i)
-    if (std::strcmp(argv[i], name) == 0) return std::atof(argv[i + 1]);
-  return fallback;
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
 }
 
 }  // namespace

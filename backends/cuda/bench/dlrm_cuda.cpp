@@ -29,11 +29,13 @@
 #include "luminal_cuda/cuda_runtime.hpp"
 #include "luminal_cuda/device.hpp"
 
-#include "bench_json.hpp"
+#include "bench_util.hpp"
 
 using namespace luminal;
 using cuda::bench::json_escape;
 using cuda::bench::json_number;
+using cuda::bench::arg;
+using cuda::bench::median;
 using Clock = std::chrono::steady_clock;
 
 namespace {
@@ -128,17 +130,6 @@ std::vector<double> reference(const Model& m, const std::vector<float>& dense, c
     result[static_cast<size_t>(b)] = 1.0 / (1.0 + std::exp(-mlp(top_in, m.top, false)[0]));
   }
   return result;
-}
-
-double arg(int argc, char** argv, const char* name, double fallback) {
-  for (int i = 1; i + 1 < argc; ++i)
-    if (std::strcmp(argv[i], name) == 0) return std::atof(argv[i + 1]);
-  return fallback;
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
 }
 
 }  // namespace

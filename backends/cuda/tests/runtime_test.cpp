@@ -602,16 +602,7 @@ TEST(CudaRuntime, CacheAppendRunsInPlace) {
   for (bool second_reader : {false, true}) {
     const int64_t max_seq = 64, heads = 3, dim = 5;
     luminal::Graph cx;
-    Expression p = Expression::var("p"), s = Expression::var("s");
-    GraphTensor cache = cx.named_tensor("cache", {max_seq, heads, dim}).persist();
-    GraphTensor rows = cx.named_tensor("rows", {s, heads, dim});
-    GraphTensor index = cx.iota(p + Expression::index() / (heads * dim), {s, heads, dim}, DType::I32);
-    GraphTensor next = cache.scatter(0, index, rows);
-    cx.update(cache, next);
-    std::vector<GraphTensor> outs = {(next.slice(0, Expression(0), p + s) * 3.0 - 1.0).sum({0}).output()};
-    if (second_reader) outs.push_back(cache.slice(0, 0, 4).sum({1}).output());
-    cx.set_dim("p", 0);
-    cx.set_dim("s", 1);
+    auto [cache, rows, outs] = luminal::testing::build_cache_append(cx, max_seq, heads, dim, second_reader);
     auto gpu = cx.compile(cuda::CudaRuntime{}, CompileOptions().search_graph_limit(4).trials(1));
     auto ref = cx.compile(ReferenceRuntime{}, CompileOptions().search_graph_limit(1));
     HostTensor start = varied(DType::F32, static_cast<size_t>(max_seq * heads * dim), 7, false);

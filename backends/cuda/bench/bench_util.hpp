@@ -1,8 +1,13 @@
-// JSON helpers shared by the CUDA benchmark programs (they print one JSON object per line).
+// Helpers shared by the CUDA benchmark programs (they print one JSON object per line):
+// JSON output, `--name value` arguments, medians.
 #pragma once
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <string>
+#include <vector>
 
 namespace luminal::cuda::bench {
 
@@ -23,6 +28,18 @@ inline std::string json_number(double v, const char* format = "%.3f") {
   char buf[64];
   std::snprintf(buf, sizeof buf, format, v);
   return buf;
+}
+
+// The number after `name` on the command line, or `fallback`.
+inline double arg(int argc, char** argv, const char* name, double fallback) {
+  for (int i = 1; i + 1 < argc; ++i)
+    if (std::strcmp(argv[i], name) == 0) return std::atof(argv[i + 1]);
+  return fallback;
+}
+
+inline double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
 }
 
 }  // namespace luminal::cuda::bench
