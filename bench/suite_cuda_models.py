@@ -159,9 +159,11 @@ def luminal_run(binary: Path, model_dir: Path, prompt: str, cache_dir: Path, sea
     try:
         res = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=max(timeout_s, 10))
     except subprocess.TimeoutExpired as e:
-        tail = (e.stderr or b"")[-800:] if isinstance(e.stderr, bytes) else (e.stderr or "")[-800:]
-        raise RuntimeError(f"luminal generate timed out after {timeout_s:.0f} s: {tail!r}") from None
+        err = e.stderr.decode(errors="replace") if isinstance(e.stderr, bytes) else (e.stderr or "")
+        log(f"luminal generate's stderr (last 8000 characters):\n{err[-8000:]}")
+        raise RuntimeError(f"luminal generate timed out after {timeout_s:.0f} s: {err[-800:]!r}") from None
     wall = time.perf_counter() - t0
+    log(f"luminal generate's stderr (last 6000 characters):\n{(res.stderr or '')[-6000:]}")
     if res.returncode != 0:
         raise RuntimeError(f"luminal generate failed ({res.returncode}): {(res.stderr or res.stdout)[-1500:]}")
     out = res.stdout + res.stderr

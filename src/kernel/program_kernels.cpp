@@ -79,10 +79,11 @@ std::optional<std::string> node_region_text(const Graph& g, const Node& n, std::
   return serialize(*region);
 }
 
-std::string copy_region_text(DType dtype, const Shape& shape, const ShapeTracker& view, std::string_view backend) {
+std::string copy_region_text(DType dtype, const Shape& shape, const ShapeTracker& view, std::string_view backend,
+                             std::optional<DType> out_dtype) {
   Node proto;
   proto.op = OpKind::Cast;
-  proto.dtype = dtype;
+  proto.dtype = out_dtype.value_or(dtype);
   proto.shape = view.shape();
   FuseOperand in{nullptr, dtype, shape, view};
   auto region = singleton(proto, std::span<const FuseOperand>(&in, 1));

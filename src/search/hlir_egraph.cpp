@@ -110,6 +110,12 @@ void register_view_primitives(EGraph& g) {
                 std::equal(shape.begin(), shape.end(), v.shape().begin());
     return Value::boolean(same);
   });
+  // (half-float ?dtype): F16 or BF16, the dtypes a backend may keep weights in under an
+  // F32 product (widened while reading; every half value is exact in F32).
+  g.register_primitive("half-float", [](std::span<const Value> a) -> std::optional<Value> {
+    if (a.size() != 1 || a[0].kind() != ValueKind::String) return std::nullopt;
+    return Value::boolean(a[0].as_string() == "F16" || a[0].as_string() == "BF16");
+  });
   // (empty-shape): the shape of a scalar, for building Constants in actions.
   g.register_primitive("empty-shape", [](std::span<const Value> a) -> std::optional<Value> {
     if (!a.empty()) return std::nullopt;

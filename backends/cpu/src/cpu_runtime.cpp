@@ -269,11 +269,6 @@ void CpuRuntime::register_primitives(egraph::EGraph& eg) const {
     if (a.size() != 2 || a[0].kind() != ValueKind::ExprList || a[1].kind() != ValueKind::ExprList) return std::nullopt;
     return Value::boolean(gemm_layout(search::decode_view(a[0]), search::decode_view(a[1])).has_value());
   });
-  // (half-float ?dtype): F16 or BF16, which our GEMM converts while packing.
-  eg.register_primitive("half-float", [](std::span<const Value> a) -> std::optional<Value> {
-    if (a.size() != 1 || a[0].kind() != ValueKind::String) return std::nullopt;
-    return Value::boolean(a[0].as_string() == "F16" || a[0].as_string() == "BF16");
-  });
 }
 
 void CpuRuntime::prepare(std::span<const Graph* const> programs) {

@@ -1,6 +1,8 @@
 // GEMV and skinny GEMM for 1..16 rows:
 //   y[m, n] = act(sum_k x[m, k] * w[n, k] + bias[n]) + residual[m, n]
 // x is [M, K], w is [N, K] (a linear layer's weight, row-major), y and residual [M, N].
+// w may be of a narrower type TW than x and y (F32 activations with F16/BF16 weights): it
+// is widened in registers, never copied.
 // Decode is bandwidth-bound on w, so every warp streams rows of w with 16-byte loads
 // (UNROLL of them in flight per lane, marked evict-first so they do not push x out of
 // L1), keeps MMAX x RPW fp32 accumulators in registers, and the KSPLIT warps that share
@@ -10,8 +12,8 @@ namespace lk {
 
 constexpr int kGemvWarps = 8;
 
-template <class T, int MMAX, int RPW, int ACT, int UNROLL>
-__device__ __forceinline__ void gemv(const T* __restrict__ x, const T* __restrict__ w,
+template <class T, class TW, int MMAX, int RPW, int ACT, int UNROLL>
+__device__ __forceinline__ void gemv(const T* __restrict__ x, const TW* __restrict__ w,
                                      const T* __restrict__ bias, const T* __restrict__ residual,
                                      T* __restrict__ y, int M, int N, int K, int ksplit, int vectorized) {
   __shared__ float partial[kGemvWarps][MMAX * RPW];
@@ -29,7 +31,10 @@ __device__ __forceinline__ void gemv(const T* __restrict__ x, const T* __restric
     for (int r = 0; r < RPW; ++r) acc[m][r] = 0.0f;
 
   if (vectorized) {
-    constexpr int V = Pack<T>::N;
+    // V elements per 16-byte weight load; x is read as XV 16-byte loads covering them.
+    constexpr int V = Pack<TW>::N;
+    constexpr int XV = V / Pack<T>::N;
+    static_assert(XV >= 1 && XV * Pack<T>::N == V, "x must be at least as wide as w");
     const int nvec = K / V;
     const int per = (nvec + ksplit - 1) / ksplit;
     const int begin = slice * per;
@@ -54,12 +59,14 @@ __device__ __forceinline__ void gemv(const T* __restrict__ x, const T* __restric
         if (v >= end) break;
         float wf[RPW][V];
 #pragma unroll
-        for (int r = 0; r < RPW; ++r) Pack<T>::unpack(wv[u][r], wf[r]);
+        for (int r = 0; r < RPW; ++r) Pack<TW>::unpack(wv[u][r], wf[r]);
 #pragma unroll
         for (int m = 0; m < MMAX; ++m) {
           if (m >= M) break;
           float xf[V];
-          Pack<T>::unpack(__ldg(reinterpret_cast<const uint4*>(x + (long long)m * K) + v), xf);
+          const uint4* xrow = reinterpret_cast<const uint4*>(x + (long long)m * K) + (long long)v * XV;
+#pragma unroll
+          for (int c = 0; c < XV; ++c) Pack<T>::unpack(__ldg(xrow + c), xf + c * Pack<T>::N);
 #pragma unroll
           for (int r = 0; r < RPW; ++r)
 #pragma unroll
@@ -110,9 +117,9 @@ __device__ __forceinline__ void gemv(const T* __restrict__ x, const T* __restric
 
 }  // namespace lk
 
-#define LUMINAL_GEMV_ENTRY(NAME, T, MMAX, RPW, ACT, UNROLL)                                                   \
+#define LUMINAL_GEMV_ENTRY(NAME, T, TW, MMAX, RPW, ACT, UNROLL)                                       \
   extern "C" __global__ void __launch_bounds__(lk::kGemvWarps * 32)                                   \
-      NAME(const T* x, const T* w, const T* bias, const T* residual, T* y, int M, int N, int K,        \
+      NAME(const T* x, const TW* w, const T* bias, const T* residual, T* y, int M, int N, int K,       \
            int ksplit, int vectorized) {                                                              \
-    lk::gemv<T, MMAX, RPW, ACT, UNROLL>(x, w, bias, residual, y, M, N, K, ksplit, vectorized);                \
+    lk::gemv<T, TW, MMAX, RPW, ACT, UNROLL>(x, w, bias, residual, y, M, N, K, ksplit, vectorized);    \
   }

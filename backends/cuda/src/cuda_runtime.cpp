@@ -77,6 +77,13 @@ namespace {
 bool is_matmul(const Node& n) {
   return n.op == OpKind::BackendOp && (n.backend->name == "CudaGemv" || n.backend->name == "CudaCublasLt");
 }
+// F32 for a matmul's B operand held in F16/BF16 under an F32 product (the half-weights
+// rule): the GEMV reads it as it is; anything else reads an F32 copy. nullopt otherwise.
+std::optional<DType> widened_weight(const Node& matmul, int operand, DType operand_dtype) {
+  if (operand == 1 && matmul.dtype == DType::F32 && (operand_dtype == DType::F16 || operand_dtype == DType::BF16))
+    return DType::F32;
+  return std::nullopt;
+}
 }  // namespace
 
 std::vector<std::string> program_regions(const luminal::Graph& g) {
@@ -88,11 +95,12 @@ std::vector<std::string> program_regions(const luminal::Graph& g) {
       auto l = cuda_gemm_layout(n.inputs[0].view, n.inputs[1].view);
       if (!l) continue;  // load_program reports it
       const kernel::GemmOperand* ops[] = {&l->a, &l->b};
-      for (int o = 0; o < 2; ++o)
-        if (ops[o]->copy) {
-          const Node& src = g.node(n.inputs[o].node);
-          regions.push_back(kernel::copy_region_text(src.dtype, src.shape, ops[o]->copy_view, "cuda"));
-        }
+      for (int o = 0; o < 2; ++o) {
+        const Node& src = g.node(n.inputs[o].node);
+        const auto widen = widened_weight(n, o, src.dtype);
+        if (ops[o]->copy || widen)
+          regions.push_back(kernel::copy_region_text(src.dtype, src.shape, ops[o]->copy_view, "cuda", widen));
+      }
     }
   }
   return regions;
@@ -249,6 +257,7 @@ struct Step {
   std::shared_ptr<Compiled> kernel;                  // Kernel
   std::optional<GemmLayout> gemm;                    // Gemv / CublasLt
   std::string copy_region[2];                        // matmul operands: copy through copy_view
+  std::optional<DType> weight_dtype;                 // B's F16/BF16 dtype under an F32 product
   std::vector<std::string> custom_copy_regions;      // Custom: per input, "" when read directly
 };
 
@@ -596,12 +605,15 @@ void CudaRuntime::load_program(size_t slot, const luminal::Graph& program, std::
       const GemmOperand* ops[] = {&step.gemm->a, &step.gemm->b};
       for (int o = 0; o < 2; ++o) {
         const Node& src = p.graph.node(n.inputs[o].node);
-        LUMINAL_CHECK(src.dtype == n.dtype, "cuda: ", n.backend->name, " operand of ", dtype_name(src.dtype),
+        const auto widen = widened_weight(n, o, src.dtype);
+        LUMINAL_CHECK(src.dtype == n.dtype || widen, "cuda: ", n.backend->name, " operand of ", dtype_name(src.dtype),
                       " for a ", dtype_name(n.dtype), " product");
+        if (widen) step.weight_dtype = src.dtype;
         // Every operand has a copy region: one whose strides or alignment cuBLASLt or the
-        // GEMV cannot take is packed first (decided per run, from the actual strides).
-        step.copy_region[o] = kernel::copy_region_text(src.dtype, src.shape, ops[o]->copy_view, "cuda");
-        if (ops[o]->copy) regions.push_back(step.copy_region[o]);
+        // GEMV cannot take is packed first (decided per run, from the actual strides); a
+        // widened weight's copy converts it to F32.
+        step.copy_region[o] = kernel::copy_region_text(src.dtype, src.shape, ops[o]->copy_view, "cuda", widen);
+        if (ops[o]->copy || widen) regions.push_back(step.copy_region[o]);
       }
     } else if (n.op == OpKind::BackendOp && n.backend->name != "Fused") {
       fail("cuda: backend op '", n.backend->name, "' is not a CUDA op (was the program extracted for another backend?)");
@@ -1003,9 +1015,13 @@ void CudaRuntime::run(size_t slot, const DimMap& dims) {
             Operand& x = op[o];
             x.rows = o == 0 ? m : k;
             x.cols = o == 0 ? k : nn;
+            // A half-precision weight under an F32 product: read in place by the GEMV,
+            // widened into scratch for cuBLASLt (which takes one operand type).
+            const bool widened = o == 1 && step.weight_dtype.has_value();
+            const int64_t src_esize = widened ? static_cast<int64_t>(dtype_bytes(*step.weight_dtype)) : esize;
             bool copy = go[o]->copy;
             if (!copy) {
-              x.base = ptr[n.inputs[o].node] + static_cast<DevicePtr>(rs.eval(go[o]->offset) * esize);
+              x.base = ptr[n.inputs[o].node] + static_cast<DevicePtr>(rs.eval(go[o]->offset) * src_esize);
               x.rs = rs.eval(go[o]->row);
               x.cs = rs.eval(go[o]->col);
               x.bs = rs.eval(go[o]->batch);
@@ -1013,7 +1029,7 @@ void CudaRuntime::run(size_t slot, const DimMap& dims) {
                 // The GEMV reads x as [m, k] and w as [n, k], both packed.
                 copy = o == 0 ? !(x.cs == 1 && (m == 1 || x.rs == k)) : !(x.rs == 1 && (nn == 1 || x.cs == k));
               } else {
-                copy = x.base % kAlignment != 0 || !lt_layout(x.rows, x.cols, x.rs, x.cs, x.bs, batch);
+                copy = widened || x.base % kAlignment != 0 || !lt_layout(x.rows, x.cols, x.rs, x.cs, x.bs, batch);
               }
             }
             if (copy) {
@@ -1050,6 +1066,7 @@ void CudaRuntime::run(size_t slot, const DimMap& dims) {
           if (gemv) {
             GemvArgs a;
             a.dtype = dt;
+            if (step.weight_dtype && op[1].scratch < 0) a.weight_dtype = step.weight_dtype;  // else widened
             a.M = static_cast<int>(m);
             a.N = static_cast<int>(nn);
             a.K = static_cast<int>(k);
@@ -1059,8 +1076,8 @@ void CudaRuntime::run(size_t slot, const DimMap& dims) {
             const GemvConfig cfg = choose_gemv_config(a.M, a.N, a.K, sm_count);
             int cap = 1;
             while (cap < a.M) cap *= 2;
-            s.shared->modules->function(gemv_source(dt, cap, cfg.rows_per_warp, Activation::None, cfg.unroll),
-                                        kGemvKernelName);
+            s.shared->modules->function(
+                gemv_source(dt, cap, cfg.rows_per_warp, Activation::None, cfg.unroll, a.weight_dtype), kGemvKernelName);
             ModuleCache* cache = s.shared->modules.get();
             r.ops.push_back({[a, op0 = op[0], op1 = op[1], out, operand_ptr, cache, sm_count](StreamHandle st) mutable {
                                a.x = operand_ptr(op0);

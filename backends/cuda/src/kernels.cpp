@@ -88,15 +88,31 @@ GemvConfig choose_gemv_config(int M, int N, int K, int sm_count) {
   return config;
 }
 
-KernelSource gemv_source(DType dtype, int m_max, int rows_per_warp, Activation act, int unroll) {
+namespace {
+// The dtype w is read in: `dtype`, or a narrower half type under an F32 product.
+DType gemv_weight_dtype(DType dtype, std::optional<DType> weight_dtype) {
+  if (!weight_dtype || *weight_dtype == dtype) return dtype;
+  LUMINAL_CHECK(dtype == DType::F32 && (*weight_dtype == DType::F16 || *weight_dtype == DType::BF16),
+                "GEMV weights in ", dtype_name(*weight_dtype), " under a ", dtype_name(dtype),
+                " product (only F32 with F16 or BF16 weights mix)");
+  return *weight_dtype;
+}
+}  // namespace
+
+KernelSource gemv_source(DType dtype, int m_max, int rows_per_warp, Activation act, int unroll,
+                         std::optional<DType> weight_dtype) {
   LUMINAL_CHECK(m_max == 1 || m_max == 2 || m_max == 4 || m_max == 8 || m_max == 16,
                 "GEMV row capacity must be 1, 2, 4, 8 or 16, got ", m_max);
   LUMINAL_CHECK(rows_per_warp == 1 || rows_per_warp == 2 || rows_per_warp == 4, "GEMV rows per warp must be 1, 2 or 4, got ",
                 rows_per_warp);
   LUMINAL_CHECK(unroll == 2 || unroll == 4 || unroll == 8, "GEMV unroll must be 2, 4 or 8, got ", unroll);
-  const std::string entry = detail::concat("LUMINAL_GEMV_ENTRY(", kGemvKernelName, ", ", kernel_type_name(dtype), ", ",
-                                           m_max, ", ", rows_per_warp, ", ", static_cast<int>(act), ", ", unroll, ")");
-  return assemble(detail::concat("gemv_", lower(dtype_name(dtype)), "_m", m_max, "_r", rows_per_warp, "_u", unroll, "_",
+  const DType wdt = gemv_weight_dtype(dtype, weight_dtype);
+  const std::string entry =
+      detail::concat("LUMINAL_GEMV_ENTRY(", kGemvKernelName, ", ", kernel_type_name(dtype), ", ", kernel_type_name(wdt),
+                     ", ", m_max, ", ", rows_per_warp, ", ", static_cast<int>(act), ", ", unroll, ")");
+  const std::string types =
+      wdt == dtype ? lower(dtype_name(dtype)) : lower(dtype_name(dtype)) + "_w" + lower(dtype_name(wdt));
+  return assemble(detail::concat("gemv_", types, "_m", m_max, "_r", rows_per_warp, "_u", unroll, "_",
                                  activation_name(act)),
                   embedded::kGemvCu, entry);
 }
@@ -111,11 +127,12 @@ void launch_gemv(ModuleCache& cache, const GemvArgs& a, StreamHandle stream, int
   if (config.unroll == 0) config.unroll = chosen.unroll;
   LUMINAL_CHECK(config.ksplit == 1 || config.ksplit == 2 || config.ksplit == 4 || config.ksplit == 8,
                 "GEMV ksplit must be 1, 2, 4 or 8, got ", config.ksplit);
-  const int elements_per_vector = 16 / static_cast<int>(dtype_bytes(a.dtype));
+  // A vector is one 16-byte load of w (x, if wider, is read as several).
+  const int elements_per_vector = 16 / static_cast<int>(dtype_bytes(gemv_weight_dtype(a.dtype, a.weight_dtype)));
   // 16-byte loads need every row of x and w to start on a 16-byte boundary.
   int vectorized = a.K % elements_per_vector == 0 && a.x % 16 == 0 && a.w % 16 == 0;
-  api::CUfunction fn =
-      cache.function(gemv_source(a.dtype, capacity, config.rows_per_warp, a.act, config.unroll), kGemvKernelName);
+  api::CUfunction fn = cache.function(
+      gemv_source(a.dtype, capacity, config.rows_per_warp, a.act, config.unroll, a.weight_dtype), kGemvKernelName);
   const int rows_per_block = (8 / config.ksplit) * config.rows_per_warp;
   const unsigned blocks = static_cast<unsigned>((a.N + rows_per_block - 1) / rows_per_block);
   DevicePtr x = a.x, w = a.w, bias = a.bias, residual = a.residual, y = a.y;
@@ -335,20 +352,26 @@ std::vector<KernelSource> all_kernel_sources() {
   std::vector<KernelSource> sources;
   for (DType dt : {DType::F32, DType::F16, DType::BF16}) {
     std::string entries;
-    auto add_gemv = [&](int m_max, int rpw, Activation act, int unroll) {
+    auto add_gemv = [&](int m_max, int rpw, Activation act, int unroll, DType wdt) {
       entries += detail::concat("LUMINAL_GEMV_ENTRY(luminal_gemv_m", m_max, "_r", rpw, "_u", unroll, "_",
-                                activation_name(act), ", ", kernel_type_name(dt), ", ", m_max, ", ", rpw, ", ",
-                                static_cast<int>(act), ", ", unroll, ")\n");
+                                activation_name(act), "_w", lower(dtype_name(wdt)), ", ", kernel_type_name(dt), ", ",
+                                kernel_type_name(wdt), ", ", m_max, ", ", rpw, ", ", static_cast<int>(act), ", ", unroll,
+                                ")\n");
     };
     for (Activation act : {Activation::None, Activation::Relu, Activation::Silu, Activation::GeluTanh})
-      add_gemv(4, 2, act, 4);
+      add_gemv(4, 2, act, 4, dt);
     if (dt == DType::BF16) {
       for (int m_max : {1, 2, 8, 16})
-        for (int rpw : {1, 2}) add_gemv(m_max, rpw, Activation::None, 4);
-      add_gemv(1, 1, Activation::None, 2);
-      add_gemv(16, 2, Activation::None, 8);
-      add_gemv(16, 4, Activation::None, 2);
+        for (int rpw : {1, 2}) add_gemv(m_max, rpw, Activation::None, 4, dt);
+      add_gemv(1, 1, Activation::None, 2, dt);
+      add_gemv(16, 2, Activation::None, 8, dt);
+      add_gemv(16, 4, Activation::None, 2, dt);
     }
+    if (dt == DType::F32)  // F32 products over half-precision weights
+      for (DType wdt : {DType::F16, DType::BF16}) {
+        add_gemv(1, 2, Activation::None, 2, wdt);
+        add_gemv(16, 2, Activation::None, 4, wdt);
+      }
     sources.push_back(assemble("kernels_" + lower(dtype_name(dt)), embedded::kGemvCu, entries));
     sources.push_back(fill_source(dt));
     sources.push_back(rows_source(dt));

@@ -2,7 +2,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <optional>
 
+#include "luminal/error.hpp"
 #include "luminal_cuda/kernels.hpp"
 #include "test_util.hpp"
 
@@ -28,6 +30,7 @@ struct Case {
   bool bias, residual;
   GemvConfig config{};
   size_t misalign_bytes = 0;  // offset x and w to force the scalar path
+  std::optional<DType> weight_dtype{};  // w's dtype when narrower than x's (F32 with F16/BF16)
 };
 
 void run_case(Context& ctx, Stream& stream, ModuleCache& cache, const Case& c, uint32_t seed) {
@@ -35,9 +38,10 @@ void run_case(Context& ctx, Stream& stream, ModuleCache& cache, const Case& c, u
                                   << " act=" << activation_name(c.act) << " bias=" << c.bias << " res=" << c.residual
                                   << " ksplit=" << c.config.ksplit << " rpw=" << c.config.rows_per_warp
                                   << " unroll=" << c.config.unroll
-                                  << " misalign=" << c.misalign_bytes);
+                                  << " misalign=" << c.misalign_bytes
+                                  << " w=" << luminal::dtype_name(c.weight_dtype.value_or(c.dtype)));
   const HostData x = encode(c.dtype, random_values(size_t(c.M) * c.K, seed));
-  const HostData w = encode(c.dtype, random_values(size_t(c.N) * c.K, seed + 1));
+  const HostData w = encode(c.weight_dtype.value_or(c.dtype), random_values(size_t(c.N) * c.K, seed + 1));
   const HostData b = encode(c.dtype, random_values(c.N, seed + 2));
   const HostData r = encode(c.dtype, random_values(size_t(c.M) * c.N, seed + 3));
   // Upload with an optional leading offset so the kernel sees misaligned rows.
@@ -50,6 +54,7 @@ void run_case(Context& ctx, Stream& stream, ModuleCache& cache, const Case& c, u
   DeviceBuffer dy(size_t(c.M) * c.N * luminal::dtype_bytes(c.dtype));
   GemvArgs args;
   args.dtype = c.dtype;
+  args.weight_dtype = c.weight_dtype;
   args.M = c.M, args.N = c.N, args.K = c.K;
   args.x = dx.ptr() + c.misalign_bytes;
   args.w = dw.ptr() + c.misalign_bytes;
@@ -100,6 +105,39 @@ TEST_F(Gemv, MatchesReferenceAcrossDtypesShapesAndEpilogues) {
     run_case(ctx, stream, cache, {dt, 9, 33, 4104, Activation::None, true, true}, seed++);
     run_case(ctx, stream, cache, {dt, 2, 1, 3000, Activation::Silu, false, false}, seed++);
   }
+}
+
+TEST_F(Gemv, F32ProductsReadHalfWeightsInPlace) {
+  // The half-weights rule: x and y in F32, w in F16 or BF16 (the values w holds; the
+  // reference multiplies the same decoded values in double, so only fp32 accumulation and
+  // the F32 result round). Vector path (K % 8 == 0), scalar path (odd K), misaligned w,
+  // decode and skinny shapes, epilogues.
+  Context ctx;
+  Stream stream;
+  ModuleCache cache(ctx.info().arch());
+  uint32_t seed = 71;
+  for (DType wdt : {DType::F16, DType::BF16}) {
+    Case c{DType::F32, 1, 37, 64, Activation::None, false, false};
+    c.weight_dtype = wdt;
+    run_case(ctx, stream, cache, c, seed++);
+    c = {DType::F32, 3, 129, 200, Activation::Silu, true, false};
+    c.weight_dtype = wdt;
+    run_case(ctx, stream, cache, c, seed++);
+    c = {DType::F32, 5, 70, 77, Activation::GeluTanh, true, true};  // odd K: scalar path
+    c.weight_dtype = wdt;
+    run_case(ctx, stream, cache, c, seed++);
+    c = {DType::F32, 16, 300, 1032, Activation::None, false, true};
+    c.weight_dtype = wdt;
+    run_case(ctx, stream, cache, c, seed++);
+    c = {DType::F32, 2, 4099, 4096, Activation::None, false, false};  // decode-like, many warps
+    c.weight_dtype = wdt;
+    run_case(ctx, stream, cache, c, seed++);
+    c = {DType::F32, 1, 65, 512, Activation::None, false, false, GemvConfig{}, 8};  // misaligned: scalar
+    c.weight_dtype = wdt;
+    run_case(ctx, stream, cache, c, seed++);
+  }
+  EXPECT_THROW(gemv_source(DType::BF16, 1, 1, Activation::None, 4, DType::F32), luminal::Error);
+  EXPECT_THROW(gemv_source(DType::F16, 1, 1, Activation::None, 4, DType::BF16), luminal::Error);
 }
 
 TEST_F(Gemv, EveryConfigGivesTheSameAnswer) {

@@ -85,8 +85,10 @@ void check(const std::string& what, const Build& build, std::vector<DimMap> dim_
     }
 }
 
-// A program for `m` from the e-graph with CUDA rules, its matmuls all `matmul_op`.
-std::optional<search::Extracted> program_with_matmuls(luminal::testing::TestModel& m, const std::string& matmul_op) {
+// A program for `m` from the e-graph with CUDA rules, its matmuls all `matmul_op`; with
+// `b_dtype`, only one whose matmuls read a B operand of that dtype.
+std::optional<search::Extracted> program_with_matmuls(luminal::testing::TestModel& m, const std::string& matmul_op,
+                                                      std::optional<DType> b_dtype = std::nullopt) {
   auto lowered = search::lower_to_egraph(m.cx, [](egraph::EGraph& eg) { cuda::register_runtime_primitives(eg); });
   auto files = search::core_rule_files();
   for (auto& f : cuda::runtime_rule_files()) files.push_back(f);
@@ -105,15 +107,17 @@ std::optional<search::Extracted> program_with_matmuls(luminal::testing::TestMode
     auto p = search::extract(lowered, space, g);
     if (!p) continue;
     int matmuls = 0;
+    bool wanted = true;
     for (NodeId i = 0; i < p->program.size(); ++i) {
       const Node& n = p->program.node(i);
       if (n.op != OpKind::BackendOp || (n.backend->name != "CudaGemv" && n.backend->name != "CudaCublasLt")) continue;
+      if (b_dtype && p->program.node(n.inputs[1].node).dtype != *b_dtype) wanted = false;
       auto call = *n.backend;
       call.name = matmul_op;
       p->program.mutable_node(i).backend = std::make_shared<const BackendOpCall>(std::move(call));
       ++matmuls;
     }
-    if (matmuls > 0) return p;
+    if (matmuls > 0 && wanted) return p;
   }
   return std::nullopt;
 }
@@ -219,6 +223,51 @@ TEST(CudaRuntime, MatmulThroughBothImplementations) {
           }
       }
     }
+}
+
+TEST(CudaRuntime, F32ProductsReadHalfWeightsWithoutAnF32Copy) {
+  LUMINAL_REQUIRE_GPU();
+  // A model computing in F32 over an F16/BF16 checkpoint: x.linear(w.cast(F32)). The
+  // half-weights rule gives matmuls reading w itself: the GEMV widens it in registers, and
+  // cuBLASLt (also the GEMV op at 40 rows) reads an F32 copy made per call. Every half value
+  // is exact in F32, so the result is the F32 product of the decoded weights: within fp32
+  // accumulation of the products' magnitudes. K = 72 takes the vector path, K = 45 the scalar one.
+  for (DType wdt : {DType::F16, DType::BF16})
+    for (int rows : {1, 3, 40})
+      for (int K : {72, 45}) {
+        const int N = 50;
+        luminal::testing::TestModel m;
+        auto x = m.cx.named_tensor("x", {rows, K}, DType::F32);
+        auto w = m.cx.named_tensor("w", {N, K}, wdt).persist();
+        m.inputs = {x, w};
+        m.outputs.push_back(x.linear(w.cast(DType::F32)).output());
+        HostTensor xv = varied(DType::F32, static_cast<size_t>(rows) * K, 7, false), wv = varied(wdt, size_t(N) * K, 8, false);
+        for (const char* impl : {"CudaGemv", "CudaCublasLt"}) {
+          auto p = program_with_matmuls(m, impl, wdt);
+          ASSERT_TRUE(p.has_value()) << "no program whose matmul reads the " << dtype_name(wdt) << " weight itself";
+          int casts = 0;
+          for (const Node& n : p->program.nodes()) casts += n.op == OpKind::Cast;
+          EXPECT_EQ(casts, 0) << "the weight was still widened by a Cast node";
+          cuda::CudaRuntime rt;
+          rt.load_program(0, p->program, p->io_of);
+          rt.set_tensor(x.id(), xv);
+          rt.set_tensor(w.id(), wv);
+          rt.execute(m.cx.dim_map());
+          auto got = rt.get(m.outputs[0]).to_f64();
+          ASSERT_EQ(got.size(), size_t(rows) * N);
+          for (int i = 0; i < rows; ++i)
+            for (int j = 0; j < N; ++j) {
+              double want = 0, magnitude = 0;
+              for (int k = 0; k < K; ++k) {
+                const double prod = xv.get_f64(size_t(i) * K + k) * wv.get_f64(size_t(j) * K + k);
+                want += prod;
+                magnitude += std::abs(prod);
+              }
+              ASSERT_NEAR(got[size_t(i) * N + j], want, 1e-6 * magnitude + 1e-6 * std::abs(want) + 1e-6)
+                  << impl << " " << dtype_name(wdt) << " rows " << rows << " K " << K << " at " << i << "," << j;
+            }
+        }
+      }
 }
 
 TEST(CudaRuntime, SymbolicDimsRunWithoutRecompiling) {

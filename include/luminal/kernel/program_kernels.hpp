@@ -45,8 +45,10 @@ std::optional<InPlaceUpdate> in_place_update(const Graph& g, NodeId node, const 
 std::optional<std::string> node_region_text(const Graph& g, const Node& n, std::string_view backend);
 
 // The region copying an operand (of `dtype`, buffer shape `shape`) through `view` into a
-// contiguous buffer.
-std::string copy_region_text(DType dtype, const Shape& shape, const ShapeTracker& view, std::string_view backend);
+// contiguous buffer, converted to `out_dtype` when given (a half-precision weight widened
+// for a library that cannot mix operand types).
+std::string copy_region_text(DType dtype, const Shape& shape, const ShapeTracker& view, std::string_view backend,
+                             std::optional<DType> out_dtype = std::nullopt);
 
 // One matmul operand, read through its view at the Mul's shape [batch?, m, n, k]: either
 // directly (every axis a linear stride) or, when the view is not linear (a reshape of

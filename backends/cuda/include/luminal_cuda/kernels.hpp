@@ -3,6 +3,7 @@
 // variant, plus host launchers that choose grid and block from the shape.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -22,7 +23,8 @@ const char* kernel_type_name(DType dtype);
 // ---- GEMV / skinny GEMM (M = 1..16) ----
 //   y[m, n] = act(sum_k x[m, k] * w[n, k] + bias[n]) + residual[m, n]
 // x [M, K], w [N, K] (row-major, a linear layer's weight), bias [N], residual and y [M, N];
-// all contiguous and of one dtype; bias and residual may be 0 (absent).
+// all contiguous and of one dtype, except that an F32 product may read F16 or BF16 weights
+// (`weight_dtype`), widened in registers; bias and residual may be 0 (absent).
 inline constexpr int kGemvMaxRows = 16;
 struct GemvConfig {
   int ksplit = 0;         // warps of a block that split K: 1, 2, 4 or 8 (0: choose)
@@ -31,11 +33,14 @@ struct GemvConfig {
 };
 GemvConfig choose_gemv_config(int M, int N, int K, int sm_count);
 // The source of one variant; `m_max` is the row capacity (1, 2, 4, 8 or 16).
-KernelSource gemv_source(DType dtype, int m_max, int rows_per_warp, Activation act, int unroll = 4);
+// `weight_dtype`: w's dtype when it differs from `dtype` (F32 with F16/BF16 weights only).
+KernelSource gemv_source(DType dtype, int m_max, int rows_per_warp, Activation act, int unroll = 4,
+                         std::optional<DType> weight_dtype = std::nullopt);
 inline constexpr const char* kGemvKernelName = "luminal_gemv";
 
 struct GemvArgs {
   DType dtype = DType::BF16;
+  std::optional<DType> weight_dtype;  // w's dtype when not `dtype`
   int M = 1, N = 0, K = 0;
   DevicePtr x = 0, w = 0, bias = 0, residual = 0, y = 0;
   Activation act = Activation::None;

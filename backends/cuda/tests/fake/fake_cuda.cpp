@@ -228,6 +228,8 @@ struct Function {
   void (*launch)(void**, unsigned, unsigned) = nullptr;  // Emitted
   int nargs = 0;                                        // Emitted: every argument is a pointer
   Kind dtype = Kind::F32;                               // Gemv / Fill
+  Kind weight_dtype = Kind::F32;                        // Gemv: w's type
+  int activation = 0;                                   // Gemv: the epilogue (Activation's values)
 };
 struct Module {
   void* handle = nullptr;
@@ -277,6 +279,11 @@ CUresult load_module(Module& m, const std::string& source) {
       Function f;
       f.kind = std::string(family) == "LUMINAL_GEMV_ENTRY" ? Function::Gemv : Function::Fill;
       f.dtype = kind_of_type_name(args[1]);
+      // LUMINAL_GEMV_ENTRY(NAME, T, TW, MMAX, RPW, ACT, UNROLL)
+      if (f.kind == Function::Gemv && args.size() > 5) {
+        f.weight_dtype = kind_of_type_name(args[2]);
+        f.activation = std::atoi(args[5].c_str());
+      }
       m.functions[args[0]] = f;
       hand_written = true;
     }
@@ -324,15 +331,24 @@ CUresult load_module(Module& m, const std::string& source) {
   return CUDA_SUCCESS;
 }
 
-// y[m, n] = sum_k x[m, k] w[n, k] (+ bias[n]) (+ residual[m, n]), the GEMV contract.
-void host_gemv(Kind k, const CUdeviceptr* p, const int* sizes) {
+// y[m, n] = act(sum_k x[m, k] w[n, k] (+ bias[n])) (+ residual[m, n]), the GEMV contract; w
+// is of type `kw`, everything else of `k`; `act` as in gemv.cu (fp32 after the sum).
+float host_activate(float v, int act) {
+  switch (act) {
+    case 1: return std::fmax(v, 0.0f);
+    case 2: return v / (1.0f + std::exp(-v));
+    case 3: return 0.5f * v * (1.0f + std::tanh(0.7978845608028654f * (v + 0.044715f * v * v * v)));
+    default: return v;
+  }
+}
+void host_gemv(Kind k, Kind kw, int act, const CUdeviceptr* p, const int* sizes) {
   const int M = sizes[0], N = sizes[1], K = sizes[2];
   for (int m = 0; m < M; ++m)
     for (int n = 0; n < N; ++n) {
       double acc = 0;
-      for (int i = 0; i < K; ++i) acc += load(host(p[0]), int64_t(m) * K + i, k) * load(host(p[1]), int64_t(n) * K + i, k);
+      for (int i = 0; i < K; ++i) acc += load(host(p[0]), int64_t(m) * K + i, k) * load(host(p[1]), int64_t(n) * K + i, kw);
       if (p[2]) acc += load(host(p[2]), n, k);
-      acc = static_cast<float>(acc);
+      acc = host_activate(static_cast<float>(acc), act);
       if (p[3]) acc += load(host(p[3]), int64_t(m) * N + n, k);
       store(host(p[4]), int64_t(m) * N + n, acc, k);
     }
@@ -496,8 +512,9 @@ CUresult cuLaunchKernel(CUfunction fn, unsigned gx, unsigned gy, unsigned gz, un
     int sizes[3];
     for (int i = 0; i < 5; ++i) std::memcpy(&p[i], params[i], sizeof(CUdeviceptr));
     for (int i = 0; i < 3; ++i) std::memcpy(&sizes[i], params[5 + i], sizeof(int));
-    const Kind k = f.dtype;
-    submit(s, NodeType::Kernel, [=] { host_gemv(k, p, sizes); });
+    const Kind k = f.dtype, kw = f.weight_dtype;
+    const int act = f.activation;
+    submit(s, NodeType::Kernel, [=] { host_gemv(k, kw, act, p, sizes); });
   } else {
     CUdeviceptr out;
     long long n;
