@@ -137,26 +137,6 @@ float Event::elapsed_ms(const Event& start, const Event& end) {
   return ms;
 }
 
-Graph::Graph(StreamHandle stream, const std::function<void()>& enqueue) {
-  LUMINAL_CU(cuStreamBeginCapture, stream, api::CU_STREAM_CAPTURE_MODE_RELAXED);
-  try {
-    enqueue();
-  } catch (...) {
-    // End the capture so the stream stays usable, then report the original error.
-    api::CUgraph broken = nullptr;
-    api::driver_table().cuStreamEndCapture(stream, &broken);
-    if (broken) api::driver_table().cuGraphDestroy(broken);
-    throw;
-  }
-  LUMINAL_CU(cuStreamEndCapture, stream, &graph_);
-  LUMINAL_CU(cuGraphInstantiateWithFlags, &exec_, graph_, 0ull);
-}
-Graph::~Graph() {
-  if (exec_) api::driver_table().cuGraphExecDestroy(exec_);
-  if (graph_) api::driver_table().cuGraphDestroy(graph_);
-}
-void Graph::launch(StreamHandle stream) const { LUMINAL_CU(cuGraphLaunch, exec_, stream); }
-
 CapturedGraph::CapturedGraph(StreamHandle stream, const std::function<void()>& enqueue) {
   LUMINAL_CU(cuStreamBeginCapture, stream, api::CU_STREAM_CAPTURE_MODE_RELAXED);
   try {
@@ -181,6 +161,8 @@ GraphExec::~GraphExec() {
   if (exec_) api::driver_table().cuGraphExecDestroy(exec_);
 }
 void GraphExec::launch(StreamHandle stream) const { LUMINAL_CU(cuGraphLaunch, exec_, stream); }
+
+Graph::Graph(StreamHandle stream, const std::function<void()>& enqueue) : captured_(stream, enqueue), exec_(captured_) {}
 
 bool graph_update_available() { return api::driver().cuGraphExecUpdate != nullptr; }
 

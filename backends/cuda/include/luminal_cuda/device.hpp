@@ -118,21 +118,6 @@ class Event {
   api::CUevent event_ = nullptr;
 };
 
-// Work captured once from a stream (kernels and cuBLASLt calls alike) and replayed.
-class Graph {
- public:
-  // Runs `enqueue` while `stream` is being captured; nothing executes until launch().
-  Graph(StreamHandle stream, const std::function<void()>& enqueue);
-  ~Graph();
-  Graph(const Graph&) = delete;
-  Graph& operator=(const Graph&) = delete;
-  void launch(StreamHandle stream) const;
-
- private:
-  api::CUgraph graph_ = nullptr;
-  api::CUgraphExec exec_ = nullptr;
-};
-
 // A stream capture not yet instantiated: the template an executable graph is made from
 // (GraphExec) or updated with (GraphExec::update). Capturing records launches without
 // running them, which costs far less than instantiating.
@@ -166,6 +151,19 @@ class GraphExec {
 
  private:
   api::CUgraphExec exec_ = nullptr;
+};
+
+// Work captured once from a stream (kernels and cuBLASLt calls alike) and replayed: a
+// capture with its executable. Runs `enqueue` while `stream` is being captured;
+// nothing executes until launch().
+class Graph {
+ public:
+  Graph(StreamHandle stream, const std::function<void()>& enqueue);
+  void launch(StreamHandle stream) const { exec_.launch(stream); }
+
+ private:
+  CapturedGraph captured_;
+  GraphExec exec_;
 };
 
 // Whether the driver offers cuGraphExecUpdate (CUDA 12 drivers do).
