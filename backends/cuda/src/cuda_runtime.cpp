@@ -67,10 +67,19 @@ void register_runtime_primitives(egraph::EGraph& eg) {
   });
 }
 
+namespace {
+// NVRTC options of emitted kernels. The kernel IR rounds every primitive's result to its
+// dtype, as the reference and the CPU backend (-ffp-contract=off) do; NVRTC's default FMA
+// contraction would fuse `x - mean * r` into one rounding, so layer_norm of a constant row
+// gave -1.9e-5 on the H200 where every other runtime gives exactly 0. Hand-written
+// kernels call fmaf where they mean it, and keep the default.
+const std::vector<std::string> kEmittedKernelOptions{"--fmad=false"};
+}  // namespace
+
 KernelSource region_kernel_source(const std::string& region, const std::string& name) {
   auto k = kernel::lower(kernel::parse_region(region));
   LUMINAL_CHECK(k.has_value(), "cuda: a region cannot be lowered to a kernel: ", region.substr(0, 300));
-  return {name, kernel::emit_cuda(*k, name), {}};
+  return {name, kernel::emit_cuda(*k, name), kEmittedKernelOptions};
 }
 
 namespace {
@@ -186,6 +195,7 @@ struct CudaRuntime::Shared {
     for (size_t i = 0; i < fresh.size(); i += kKernelsPerUnit) {
       KernelSource unit;
       unit.name = fresh[i]->name;
+      unit.options = kEmittedKernelOptions;
       members.emplace_back();
       for (size_t j = i; j < std::min(fresh.size(), i + kKernelsPerUnit); ++j) {
         unit.code += kernel::emit_cuda(fresh[j]->kernel, fresh[j]->name);
@@ -229,7 +239,7 @@ struct CudaRuntime::Shared {
     } catch (const Error&) {
       // The unit failed (or one of its other kernels did): compile this kernel alone, so
       // a failure names this region and NVRTC's log is about it.
-      auto alone = std::make_shared<const KernelSource>(KernelSource{c->name, kernel::emit_cuda(c->kernel, c->name), {}});
+      auto alone = std::make_shared<const KernelSource>(KernelSource{c->name, kernel::emit_cuda(c->kernel, c->name), kEmittedKernelOptions});
       try {
         c->fn = modules->function(*alone, c->name);
       } catch (const Error& e) {

@@ -142,8 +142,9 @@ TEST(CudaRuntimeNoGpu, EmittedKernelsCompileForSm90) {
   std::vector<cuda::KernelSource> units;
   size_t k = 0;
   for (const auto& r : regions) {
-    if (k % 8 == 0) units.push_back({"unit" + std::to_string(k / 8), "", {}});
-    units.back().code += cuda::region_kernel_source(r, "lm_k" + std::to_string(k)).code + "\n";
+    cuda::KernelSource one = cuda::region_kernel_source(r, "lm_k" + std::to_string(k));
+    if (k % 8 == 0) units.push_back({"unit" + std::to_string(k / 8), "", one.options});
+    units.back().code += one.code + "\n";
     ++k;
   }
   cuda::ModuleCache cache("sm_90", "");
