@@ -16,6 +16,15 @@ class Error : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// A device this process can no longer use: a kernel faulted (an illegal address, say) and
+// the driver keeps failing every call on its context. Nothing in this process can bring it
+// back, so compilation stops instead of rejecting the candidate and going on; the message
+// says what faulted.
+class DeviceLost : public Error {
+ public:
+  using Error::Error;
+};
+
 namespace detail {
 [[noreturn]] void assert_fail(const char* cond, const char* file, int line, const std::string& msg);
 

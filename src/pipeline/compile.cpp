@@ -200,6 +200,8 @@ class SegmentProfiler {
     for (const auto& f : fresh) programs.push_back(&f.program.program);
     try {
       rt_->prepare(programs);
+    } catch (const DeviceLost&) {
+      throw;
     } catch (const std::exception&) {
       // A backend reports per-program failures from load_program; a batch-wide one
       // shows again there.
@@ -269,6 +271,10 @@ class SegmentProfiler {
               }
       }
       e.seconds = r.seconds;
+    } catch (const DeviceLost& ex) {
+      throw DeviceLost(detail::concat("compile: a candidate program (", candidate.program.size(),
+                                      " nodes) faulted the device while it was profiled, so the search cannot go on: ",
+                                      ex.what()));
     } catch (const std::exception& ex) {
       e.rejection = search::Rejection::Throws;
       e.detail = ex.what();
@@ -305,6 +311,8 @@ std::variant<std::vector<std::pair<NodeId, HostTensor>>, std::string> run_once(
       if (program.program.node(i).op == OpKind::Output && program.io_of[i] != kNoNode)
         outs.emplace_back(program.io_of[i], rt->get_tensor(program.io_of[i]));
     return outs;
+  } catch (const DeviceLost&) {
+    throw;  // not a verdict on the program: nothing can run on that device any more
   } catch (const std::exception& e) {
     return std::string(e.what());
   }

@@ -3,7 +3,10 @@
 
 #include <dlfcn.h>
 
+#include <atomic>
 #include <cstdlib>
+#include <mutex>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -135,14 +138,58 @@ const CublasLtTable& cublaslt() {
   return table;
 }
 
+namespace {
+// The first context-corrupting failure of this process, once there has been one.
+std::mutex lost_mutex;
+std::string lost_message;
+std::atomic<bool> lost{false};
+}  // namespace
+
+bool corrupts_context(CUresult result) {
+  switch (result) {
+    case 214:  // CUDA_ERROR_ECC_UNCORRECTABLE
+    case 700:  // CUDA_ERROR_ILLEGAL_ADDRESS
+    case 702:  // CUDA_ERROR_LAUNCH_TIMEOUT
+    case 710:  // CUDA_ERROR_ASSERT
+    case 714:  // CUDA_ERROR_HARDWARE_STACK_ERROR
+    case 715:  // CUDA_ERROR_ILLEGAL_INSTRUCTION
+    case 716:  // CUDA_ERROR_MISALIGNED_ADDRESS
+    case 717:  // CUDA_ERROR_INVALID_ADDRESS_SPACE
+    case 718:  // CUDA_ERROR_INVALID_PC
+    case 719:  // CUDA_ERROR_LAUNCH_FAILED
+      return true;
+    default:
+      return false;
+  }
+}
+
+void throw_if_device_lost() {
+  if (!lost.load(std::memory_order_acquire)) return;
+  std::lock_guard lock(lost_mutex);
+  throw DeviceLost(lost_message);
+}
+
 void check(CUresult result, const char* call) {
   if (result == CUDA_SUCCESS) return;
+  throw_if_device_lost();  // a later symptom of the fault already reported
   const char* name = nullptr;
   const char* text = nullptr;
   const DriverTable& table = driver_table();
   if (table.cuGetErrorName) table.cuGetErrorName(result, &name);
   if (table.cuGetErrorString) table.cuGetErrorString(result, &text);
-  fail(call, " failed: ", name ? name : "CUresult", " ", result, " (", text ? text : "no description", ")");
+  std::string message = detail::concat(call, " failed: ", name ? name : "CUresult", " ", result, " (",
+                                       text ? text : "no description", ")");
+  if (corrupts_context(result)) {
+    message += "; the CUDA context is lost: CUDA cannot recover it inside this process, so every later CUDA "
+               "call fails; restart the process (a fault in a generated kernel is a luminal bug: please report it)";
+    {
+      std::lock_guard lock(lost_mutex);
+      if (!lost.load()) lost_message = message;
+      lost.store(true, std::memory_order_release);
+    }
+    throw DeviceLost(message);
+  }
+  throw Error(message);
 }
 
 void check_nvrtc(nvrtcResult result, const char* call) {

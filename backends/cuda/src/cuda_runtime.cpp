@@ -236,6 +236,8 @@ struct CudaRuntime::Shared {
     try {
       LUMINAL_CHECK(c->source != nullptr, "no translation unit");
       c->fn = modules->function(*c->source, c->name);
+    } catch (const DeviceLost&) {
+      throw;
     } catch (const Error&) {
       // The unit failed (or one of its other kernels did): compile this kernel alone, so
       // a failure names this region and NVRTC's log is about it.

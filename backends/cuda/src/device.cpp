@@ -73,7 +73,10 @@ Context::~Context() {
   if (context_) api::driver_table().cuDevicePrimaryCtxRelease(device_);
 }
 
-void Context::make_current() const { LUMINAL_CU(cuCtxSetCurrent, context_); }
+void Context::make_current() const {
+  api::throw_if_device_lost();  // the first fault, not a later symptom of it
+  LUMINAL_CU(cuCtxSetCurrent, context_);
+}
 void Context::synchronize() const { LUMINAL_CU(cuCtxSynchronize); }
 
 Stream::Stream() { LUMINAL_CU(cuStreamCreate, &stream_, api::CU_STREAM_NON_BLOCKING); }

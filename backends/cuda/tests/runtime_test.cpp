@@ -765,3 +765,39 @@ TEST(CudaRuntime, KernelErrorsAreReported) {
     EXPECT_NE(std::string(e.what()).find("out of range"), std::string::npos) << e.what();
   }
 }
+
+TEST(CudaRuntime, AFaultingKernelStopsTheCompileWithDeviceLost) {
+  // A kernel that faults (an illegal address) leaves the context unusable for the rest of
+  // the process, on a GPU as in the emulation, so this runs in a process of its own: ctest's
+  // cuda_runtime_fault_emulated sets LUMINAL_FAKE_CUDA_FAULT_AT_KERNEL, which makes one
+  // kernel execution fault. The search must not reject the candidate and go on against a
+  // dead context (every later candidate would "fail" for an unrelated reason): it stops with
+  // DeviceLost naming the fault, and every later use of the device says the same.
+  if (std::getenv("LUMINAL_FAKE_CUDA_FAULT_AT_KERNEL") == nullptr)
+    GTEST_SKIP() << "runs under the emulation with LUMINAL_FAKE_CUDA_FAULT_AT_KERNEL set (ctest cuda_runtime_fault_emulated)";
+  LUMINAL_REQUIRE_GPU();
+  luminal::Graph cx;
+  auto x = cx.named_tensor("x", {5, 24}, DType::F32);
+  auto w = cx.named_tensor("w", {7, 24}, DType::F32).persist();
+  auto y = (x.linear(w).relu() * 2.0f + 1.0f).output("y");
+  try {
+    auto compiled = cx.compile(cuda::CudaRuntime{}, CompileOptions().search_graph_limit(6).trials(1));
+    ADD_FAILURE() << "the compile finished although a kernel faulted";
+  } catch (const DeviceLost& e) {
+    const std::string what = e.what();
+    std::fprintf(stderr, "DeviceLost: %s\n", what.c_str());
+    EXPECT_NE(what.find("CUDA_ERROR_ILLEGAL_ADDRESS"), std::string::npos) << what;
+    EXPECT_NE(what.find("restart the process"), std::string::npos) << what;
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "a fault surfaced as something other than DeviceLost: " << e.what();
+  }
+  // Anything later fails the same way, naming the first fault rather than a symptom of it.
+  try {
+    cuda::CudaRuntime again;
+    again.set_tensor(x.id(), varied(DType::F32, 5 * 24, 1, false));
+    ADD_FAILURE() << "a lost device accepted more work";
+  } catch (const DeviceLost& e) {
+    EXPECT_NE(std::string(e.what()).find("CUDA_ERROR_ILLEGAL_ADDRESS"), std::string::npos) << e.what();
+  }
+  (void)y;
+}

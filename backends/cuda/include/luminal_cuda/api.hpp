@@ -216,7 +216,14 @@ const NvrtcTable& nvrtc();
 const CublasLtTable& cublaslt();
 
 // Throw luminal::Error("<call> failed: <name> (<description>)") unless the call succeeded.
+// A status that means the context is corrupted (a kernel faulted: illegal address or
+// instruction, misaligned access, launch failure, device assert, timeout) throws
+// luminal::DeviceLost and is remembered: from then on every failing call, and
+// throw_if_device_lost(), throws DeviceLost naming that first fault.
 void check(CUresult result, const char* call);
+// Whether `result` is one of the statuses that corrupt the context.
+bool corrupts_context(CUresult result);
+void throw_if_device_lost();
 void check_nvrtc(nvrtcResult result, const char* call);
 void check_cublas(cublasStatus_t result, const char* call);
 

@@ -65,8 +65,41 @@ struct FakeGraph {
   std::vector<Node> nodes;
 };
 
+// Fault injection, for the runtime's handling of a faulting kernel:
+// LUMINAL_FAKE_CUDA_FAULT_AT_KERNEL=N makes the N-th kernel execution of the process fault
+// as an illegal address does on a GPU: that kernel does not run, and from then on every
+// call that touches the context returns CUDA_ERROR_ILLEGAL_ADDRESS (the error is sticky).
+constexpr CUresult kIllegalAddress = 700;
+std::atomic<bool> g_faulted{false};
+std::atomic<long> g_kernel_runs{0};
+long fault_at_kernel() {
+  static const long n = [] {
+    const char* v = std::getenv("LUMINAL_FAKE_CUDA_FAULT_AT_KERNEL");
+    return v ? std::atol(v) : 0L;
+  }();
+  return n;
+}
+// Whether this kernel execution is the injected fault (it then must not run).
+bool kernel_faults() {
+  if (g_faulted.load()) return true;
+  const long n = fault_at_kernel();
+  if (n > 0 && g_kernel_runs.fetch_add(1) + 1 == n) {
+    g_faulted.store(true);
+    return true;
+  }
+  return false;
+}
+#define FAKE_STICKY() \
+  do {                \
+    if (g_faulted.load()) return kIllegalAddress; \
+  } while (0)
+
 void submit(CUstream s, NodeType type, std::function<void()> op) {
   auto* stream = reinterpret_cast<Stream*>(s);
+  if (type == NodeType::Kernel)
+    op = [inner = std::move(op)] {
+      if (!kernel_faults()) inner();
+    };
   if (stream && stream->capturing) stream->recorded.push_back({type, std::move(op)});
   else op();
 }
@@ -374,8 +407,15 @@ extern "C" {
 // ---- driver ----
 CUresult cuInit(unsigned) { return CUDA_SUCCESS; }
 CUresult cuDriverGetVersion(int* v) { *v = 13000; return CUDA_SUCCESS; }
-CUresult cuGetErrorName(CUresult, const char** s) { *s = "CUDA_ERROR_FAKE"; return CUDA_SUCCESS; }
-CUresult cuGetErrorString(CUresult, const char** s) { *s = "an error of the host emulation (fake_cuda)"; return CUDA_SUCCESS; }
+CUresult cuGetErrorName(CUresult r, const char** s) {
+  *s = r == kIllegalAddress ? "CUDA_ERROR_ILLEGAL_ADDRESS" : "CUDA_ERROR_FAKE";
+  return CUDA_SUCCESS;
+}
+CUresult cuGetErrorString(CUresult r, const char** s) {
+  *s = r == kIllegalAddress ? "an illegal memory access was encountered (injected by the host emulation)"
+                            : "an error of the host emulation (fake_cuda)";
+  return CUDA_SUCCESS;
+}
 CUresult cuDeviceGetCount(int* n) { *n = 1; return CUDA_SUCCESS; }
 CUresult cuDeviceGet(CUdevice* d, int) { *d = 0; return CUDA_SUCCESS; }
 CUresult cuDeviceGetName(char* name, int len, CUdevice) {
@@ -397,13 +437,16 @@ CUresult cuDevicePrimaryCtxRetain(CUcontext* c, CUdevice) {
   return CUDA_SUCCESS;
 }
 CUresult cuDevicePrimaryCtxRelease_v2(CUdevice) { return CUDA_SUCCESS; }
-CUresult cuCtxSetCurrent(CUcontext) { return CUDA_SUCCESS; }
-CUresult cuCtxSynchronize() { return CUDA_SUCCESS; }
+CUresult cuCtxSetCurrent(CUcontext) {
+  FAKE_STICKY(); return CUDA_SUCCESS; }
+CUresult cuCtxSynchronize() {
+  FAKE_STICKY(); return CUDA_SUCCESS; }
 CUresult cuMemGetInfo_v2(size_t* free_bytes, size_t* total) {
   *free_bytes = *total = size_t(16) << 30;
   return CUDA_SUCCESS;
 }
 CUresult cuMemAlloc_v2(CUdeviceptr* p, size_t bytes) {
+  FAKE_STICKY();
   void* m = std::aligned_alloc(256, (bytes + 255) / 256 * 256);
   if (!m) return 2;
   std::memset(m, 0xCD, (bytes + 255) / 256 * 256);  // garbage, as fresh device memory is
@@ -415,24 +458,29 @@ CUresult cuMemFree_v2(CUdeviceptr p) {
   return CUDA_SUCCESS;
 }
 CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void* src, size_t n, CUstream s) {
+  FAKE_STICKY();
   // Host memory may change after the call: a captured copy would read it at launch, as CUDA
   // does for pageable memory (the runtime never captures one).
   submit(s, NodeType::Memcpy, [=] { std::memcpy(host(dst), src, n); });
   return CUDA_SUCCESS;
 }
 CUresult cuMemcpyDtoHAsync_v2(void* dst, CUdeviceptr src, size_t n, CUstream s) {
+  FAKE_STICKY();
   submit(s, NodeType::Memcpy, [=] { std::memcpy(dst, host(src), n); });
   return CUDA_SUCCESS;
 }
 CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s) {
+  FAKE_STICKY();
   submit(s, NodeType::Memcpy, [=] { std::memmove(host(dst), host(src), n); });
   return CUDA_SUCCESS;
 }
 CUresult cuMemsetD8Async(CUdeviceptr p, unsigned char v, size_t n, CUstream s) {
+  FAKE_STICKY();
   submit(s, NodeType::Memset, [=] { std::memset(host(p), v, n); });
   return CUDA_SUCCESS;
 }
 CUresult cuStreamCreate(CUstream* s, unsigned) {
+  FAKE_STICKY();
   *s = reinterpret_cast<CUstream>(new Stream);
   return CUDA_SUCCESS;
 }
@@ -441,10 +489,12 @@ CUresult cuStreamDestroy_v2(CUstream s) {
   return CUDA_SUCCESS;
 }
 CUresult cuStreamSynchronize(CUstream s) {
+  FAKE_STICKY();
   auto* stream = reinterpret_cast<Stream*>(s);
   return stream && stream->capturing ? 900 : CUDA_SUCCESS;  // CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED
 }
 CUresult cuEventCreate(CUevent* e, unsigned) {
+  FAKE_STICKY();
   *e = reinterpret_cast<CUevent>(new std::chrono::steady_clock::time_point());
   return CUDA_SUCCESS;
 }
@@ -453,19 +503,24 @@ CUresult cuEventDestroy_v2(CUevent e) {
   return CUDA_SUCCESS;
 }
 CUresult cuEventRecord(CUevent e, CUstream s) {
+  FAKE_STICKY();
   auto* t = reinterpret_cast<std::chrono::steady_clock::time_point*>(e);
   submit(s, NodeType::Event, [t] { *t = std::chrono::steady_clock::now(); });
   return CUDA_SUCCESS;
 }
-CUresult cuEventSynchronize(CUevent) { return CUDA_SUCCESS; }
+CUresult cuEventSynchronize(CUevent) {
+  FAKE_STICKY(); return CUDA_SUCCESS; }
 CUresult cuEventElapsedTime_v2(float* ms, CUevent a, CUevent b) {
+  FAKE_STICKY();
   *ms = std::chrono::duration<float, std::milli>(*reinterpret_cast<std::chrono::steady_clock::time_point*>(b) -
                                                  *reinterpret_cast<std::chrono::steady_clock::time_point*>(a))
             .count();
   return CUDA_SUCCESS;
 }
-CUresult cuEventElapsedTime(float* ms, CUevent a, CUevent b) { return cuEventElapsedTime_v2(ms, a, b); }
+CUresult cuEventElapsedTime(float* ms, CUevent a, CUevent b) {
+  FAKE_STICKY(); return cuEventElapsedTime_v2(ms, a, b); }
 CUresult cuModuleLoadData(CUmodule* m, const void* image) {
+  FAKE_STICKY();
   std::lock_guard lock(big_lock());
   const char* text = static_cast<const char*>(image);
   const size_t tag = std::strlen(kImageTag);
@@ -483,6 +538,7 @@ CUresult cuModuleUnload(CUmodule m) {
   return CUDA_SUCCESS;
 }
 CUresult cuModuleGetFunction(CUfunction* f, CUmodule m, const char* name) {
+  FAKE_STICKY();
   auto* module = reinterpret_cast<Module*>(m);
   auto it = module->functions.find(name);
   if (it == module->functions.end()) return 500;  // CUDA_ERROR_NOT_FOUND
@@ -492,6 +548,7 @@ CUresult cuModuleGetFunction(CUfunction* f, CUmodule m, const char* name) {
 CUresult cuFuncSetAttribute(CUfunction, int, int) { return CUDA_SUCCESS; }
 CUresult cuLaunchKernel(CUfunction fn, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
                         unsigned, CUstream s, void** params, void**) {
+  FAKE_STICKY();
   const Function& f = *reinterpret_cast<const Function*>(fn);
   if (gy != 1 || gz != 1 || by != 1 || bz != 1) {
     if (f.kind == Function::Emitted) return 1;  // emitted kernels are one-dimensional
@@ -538,6 +595,7 @@ CUresult cuLaunchKernel(CUfunction fn, unsigned gx, unsigned gy, unsigned gz, un
   return CUDA_SUCCESS;
 }
 CUresult cuStreamBeginCapture_v2(CUstream s, int) {
+  FAKE_STICKY();
   auto* stream = reinterpret_cast<Stream*>(s);
   if (!stream || stream->capturing) return 900;
   stream->capturing = true;
@@ -545,6 +603,7 @@ CUresult cuStreamBeginCapture_v2(CUstream s, int) {
   return CUDA_SUCCESS;
 }
 CUresult cuStreamEndCapture(CUstream s, CUgraph* g) {
+  FAKE_STICKY();
   auto* stream = reinterpret_cast<Stream*>(s);
   if (!stream || !stream->capturing) return 901;
   stream->capturing = false;
@@ -554,11 +613,13 @@ CUresult cuStreamEndCapture(CUstream s, CUgraph* g) {
   return CUDA_SUCCESS;
 }
 CUresult cuGraphInstantiateWithFlags(CUgraphExec* e, CUgraph g, unsigned long long) {
+  FAKE_STICKY();
   *e = reinterpret_cast<CUgraphExec>(new FakeGraph(*reinterpret_cast<FakeGraph*>(g)));
   ++fake_stats().instantiations;
   return CUDA_SUCCESS;
 }
 CUresult cuGraphLaunch(CUgraphExec e, CUstream s) {
+  FAKE_STICKY();
   auto* graph = reinterpret_cast<FakeGraph*>(e);
   // The nodes as they are now: an update after this launch must not change what it runs.
   submit(s, NodeType::Kernel, [nodes = graph->nodes] {
@@ -570,6 +631,7 @@ CUresult cuGraphLaunch(CUgraphExec e, CUstream s) {
 // differ; LUMINAL_FAKE_CUDA_GRAPH_UPDATE=0 answers CUDA_ERROR_NOT_SUPPORTED, as a driver
 // that cannot update would, so the runtime's fallback is tested.
 CUresult cuGraphExecUpdate_v2(CUgraphExec e, CUgraph g, CUgraphExecUpdateResultInfo* info) {
+  FAKE_STICKY();
   auto* exec = reinterpret_cast<FakeGraph*>(e);
   const auto* graph = reinterpret_cast<const FakeGraph*>(g);
   if (!exec || !graph || !info) return 1;  // CUDA_ERROR_INVALID_VALUE
