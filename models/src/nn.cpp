@@ -170,7 +170,10 @@ GraphTensor causal_mask(Graph& g, const SeqDims& dims, std::optional<int64_t> sl
 
 GraphTensor softcap(const GraphTensor& x, double cap) {
   LUMINAL_CHECK(cap > 0, "soft-capping value must be positive, got ", cap);
-  return (x / cap).tanh() * cap;
+  // F16/BF16: tanh in F32, rounded once (torch's kernel); the division and product stay
+  // in x's dtype, as transformers writes them.
+  const GraphTensor scaled = x / cap;
+  return (is_half(x.dtype()) ? scaled.cast(DType::F32).tanh().cast(x.dtype()) : scaled.tanh()) * cap;
 }
 
 GraphTensor gqa_attention(const GraphTensor& q, const GraphTensor& k, const GraphTensor& v,

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdint>
 #include <map>
+#include <random>
 #include <sstream>
 #include <vector>
 
@@ -36,6 +37,14 @@ uint64_t fingerprint(const Graph& g) {
   uint64_t h = 1469598103934665603ull;
   for (unsigned char c : s.str()) h = (h ^ c) * 1099511628211ull;
   return h;
+}
+
+// A matmul's reduction: a SumReduce of the Mul of two different tensors (the norms'
+// mean(x * x) multiplies a tensor by itself; softmax sums exp()).
+bool is_matmul_sum(const Graph& g, const Node& n) {
+  if (n.op != OpKind::SumReduce) return false;
+  const Node& mul = g.node(n.inputs[0].node);
+  return mul.op == OpKind::Mul && mul.inputs[0].node != mul.inputs[1].node;
 }
 
 nlohmann::json tiny_qwen3_config() {
@@ -129,13 +138,20 @@ TEST(ComputeDtype, HalfGraphsComputeInTheirDtype) {
         EXPECT_EQ(kv.v.dtype(), dt);
       }
       EXPECT_EQ(m.logits().dtype(), DType::F32);
-      // Matmuls: a SumReduce of the Mul of two different tensors (the norms' mean(x * x)
-      // multiplies a tensor by itself; softmax sums exp()).
       std::map<DType, int> matmuls;
+      for (const Node& n : g.nodes())
+        if (is_matmul_sum(g, n)) ++matmuls[n.dtype];
+      // The numerically sensitive ops (exp, log, sin/cos, sqrt, reciprocal, max: norms,
+      // softmax, activations, RoPE tables, tanh) and every non-matmul sum run in F32 (cos
+      // in F64, as the tensor API computes it).
       for (const Node& n : g.nodes()) {
-        if (n.op != OpKind::SumReduce) continue;
-        const Node& mul = g.node(n.inputs[0].node);
-        if (mul.op == OpKind::Mul && mul.inputs[0].node != mul.inputs[1].node) ++matmuls[n.dtype];
+        const bool sensitive = n.op == OpKind::Exp2 || n.op == OpKind::Log2 || n.op == OpKind::Sin ||
+                               n.op == OpKind::Sqrt || n.op == OpKind::Recip || n.op == OpKind::MaxReduce;
+        const bool plain_sum = n.op == OpKind::SumReduce && !is_matmul_sum(g, n);
+        if (sensitive || plain_sum) {
+          EXPECT_TRUE(n.dtype == DType::F32 || n.dtype == DType::F64) << op_name(n.op) << " from " << n.user_op << " in "
+                                         << m.config().architecture << " (" << dtype_name(dt) << ")";
+        }
       }
       const auto& c = m.config();
       // q, k, v, o, gate, up, down, q.k and p.v per layer, and the lm_head.
@@ -188,4 +204,48 @@ TEST(ComputeDtype, Bf16RunsOnTheReferenceRuntime) {
   bf16.reset();
   const std::vector<float> full = bf16.forward(ids);
   for (size_t v = 0; v < vocab; ++v) EXPECT_NEAR(last[v], full[(ids.size() - 1) * vocab + v], 0.02 * scale);
+}
+
+// RMSNorm of BF16 input, checked element by element against transformers' order of
+// roundings: Llama/Qwen cast the F32 norm to BF16 and then multiply by w in BF16; Gemma
+// multiplies by (1 + w) in F32 and casts once. Each order is told apart from the other.
+TEST(ComputeDtype, Bf16RmsNormRoundsWhereTransformersDoes) {
+  const int64_t n = 64;
+  std::mt19937_64 rng(11);
+  std::normal_distribution<double> normal(0.0, 1.0);
+  auto bf16 = [](double v) { return round_to_float_dtype(v, DType::BF16); };
+  std::vector<double> x(n), w(n);
+  for (auto& v : x) v = bf16(3.0 * normal(rng));
+  for (auto& v : w) v = bf16(1.0 + 0.3 * normal(rng));
+  x[5] = -0.0;
+  double mean_sq = 0;
+  for (double v : x) mean_sq += v * v / static_cast<double>(n);
+  const double inv_rms = 1.0 / std::sqrt(mean_sq + 1e-5);
+  for (bool gemma : {false, true}) {
+    Graph g;
+    nn::RMSNorm norm(g, "norm", n, 1e-5, /*unit_offset=*/gemma, DType::BF16);
+    GraphTensor in = g.tensor({1, n}, DType::BF16);
+    GraphTensor out = norm(in).output();
+    ASSERT_EQ(out.dtype(), DType::BF16);
+    auto rt = g.compile(ReferenceRuntime{}, CompileOptions{});
+    rt.set_data(in, x);
+    rt.set_data(norm.weight, w);
+    rt.execute({});
+    const std::vector<float> got = rt.get_f32(out);
+    int hf_order = 0, other_order = 0, orders_differ = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      const double normed = static_cast<double>(static_cast<float>(x[i] * inv_rms));  // F32 statistics
+      const double scale = gemma ? 1.0 + w[i] : w[i];
+      const double hf = gemma ? bf16(normed * scale) : bf16(bf16(normed) * scale);
+      const double other = gemma ? bf16(bf16(normed) * scale) : bf16(normed * scale);
+      hf_order += got[i] == hf;
+      other_order += got[i] == other && hf != other;
+      orders_differ += hf != other;
+    }
+    EXPECT_GE(orders_differ, 8) << "the data must tell the two orders apart";
+    // F32 statistics may differ from this emulation in the last bit, which can move a
+    // BF16 rounding: allow one miss.
+    EXPECT_GE(hf_order, n - 1) << (gemma ? "Gemma" : "Llama");
+    EXPECT_LE(other_order, 1) << (gemma ? "Gemma" : "Llama");
+  }
 }

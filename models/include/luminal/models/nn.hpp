@@ -217,7 +217,7 @@ struct MLP {
   GraphTensor operator()(const GraphTensor& x) const { return fc2(activate(fc1(x), act)); }
 };
 
-// tanh(x / cap) * cap.
+// tanh(x / cap) * cap (tanh in F32 for F16/BF16 x).
 GraphTensor softcap(const GraphTensor& x, double cap);
 
 }  // namespace luminal::models::nn
