@@ -9,8 +9,9 @@ not at identical points of their arithmetic: a matmul accumulates in a different
 (and luminal's reference rounds the products to BF16 before summing), so a value may
 land one rounding step (2^-8 relative for BF16) away, and that difference propagates
 through the layers. So the logits are compared in units of the logits' own scale:
-  - |luminal - hf_bf16| <= REL_TOL * max|hf logits| for every row (REL_TOL = 5%: about a
-    dozen BF16 rounding steps, as two independent BF16 runs of a 2-4 layer model reach),
+  - |luminal - hf_bf16| <= REL_TOL * max|hf logits| for every row (REL_TOL = 3% for BF16,
+    about 8 rounding steps of 2^-8; 0.6% for F16; measured on these models: 1.0-1.5% and
+    0.16%, the distance two BF16 runs with different accumulation orders reach),
   - luminal's distance from the F32 truth is at most 2x (+ one rounding step) transformers'
     own BF16 distance from it: luminal computes no worse than torch does in BF16,
   - and it is clearly non-zero: the graph really computes in BF16, not F32.
@@ -34,7 +35,7 @@ import transformers
 from test_models import (PROMPT, gemma3_config, llama_config, luminal, qwen3_config,  # noqa: F401 (fixture)
                          save_model)
 
-REL_TOL = {"bf16": 0.05, "f16": 0.01}
+REL_TOL = {"bf16": 0.03, "f16": 0.006}
 ROUNDING = {"bf16": 2.0 ** -8, "f16": 2.0 ** -11}
 TOKEN_STEPS = 8
 MIN_TOKENS = 3
