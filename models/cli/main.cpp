@@ -2,6 +2,8 @@
 // options and its run callback; add a new one next to the others and call it from main().
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -124,8 +126,24 @@ struct GenerateCliOptions {
   int64_t max_seq = 0;
   bool verbose = false;
   std::string device = "cpu";
+  std::string dtype = "auto";
   double search_seconds = 5;
 };
+
+constexpr const char* kDtypeHelp =
+    "compute dtype: f32, bf16, f16 or auto (the checkpoint's weight dtype on cuda, f32 elsewhere: the CPU "
+    "backend's GEMMs are F32-only). bf16/f16 compute as transformers with that torch_dtype";
+
+// The compute dtype named by --dtype for a model on `device`.
+luminal::DType resolve_dtype(std::string name, const std::string& device, const std::string& model_dir) {
+  std::transform(name.begin(), name.end(), name.begin(), [](unsigned char ch) { return std::tolower(ch); });
+  if (name == "f32" || name == "float32") return luminal::DType::F32;
+  if (name == "bf16" || name == "bfloat16") return luminal::DType::BF16;
+  if (name == "f16" || name == "float16") return luminal::DType::F16;
+  if (name == "auto")
+    return device == "cuda" ? luminal::models::checkpoint_matrix_dtype(model_dir) : luminal::DType::F32;
+  luminal::fail("--dtype: unknown dtype '", name, "' (f32, bf16, f16 or auto)");
+}
 
 // Compile a model for the runtime named by --device.
 luminal::models::Generator compile_for(luminal::models::CausalLM model, const std::string& device,
@@ -162,6 +180,7 @@ std::string stable_text(const luminal::models::Tokenizer& tok, const std::vector
 void run_generate(const GenerateCliOptions& o) {
   using namespace luminal::models;
   const TransformerConfig config = load_config(o.model);  // a bad directory is reported first
+  const luminal::DType dtype = resolve_dtype(o.dtype, o.device, o.model);
   const auto tok = Tokenizer::from_file(o.model);
   // Several --prompt options run one after the other on the same compiled model.
   std::vector<std::vector<int32_t>> prompts;
@@ -177,6 +196,7 @@ void run_generate(const GenerateCliOptions& o) {
   }
   auto t0 = std::chrono::steady_clock::now();
   ModelOptions mo;
+  mo.compute_dtype = dtype;
   mo.max_seq_len = o.max_seq;
   if (mo.max_seq_len == 0) {  // keep the cache small: enough for the prompts and their generation
     const int64_t need = longest + std::max<int64_t>(o.max_tokens, 1);
@@ -227,7 +247,7 @@ void run_generate(const GenerateCliOptions& o) {
     stats.precision(1);
     if (i == 0)
       stats << "compile: " << report.total_s * 1e3 << " ms, load+compile: " << setup * 1e3 << " ms (" << o.device
-            << " backend)\n";
+            << " backend, " << luminal::dtype_name(dtype) << " compute)\n";
     std::cout << stats.str();
   }
 }
@@ -252,6 +272,7 @@ void add_generate(CLI::App& app) {
   sub->add_flag("--verbose,-v", opts->verbose, "print the compiler's report on stderr");
   sub->add_option("--device,-d", opts->device, "where to run: cpu (compiled kernels), cuda (the GPU) or reference (the interpreter)")
       ->capture_default_str();
+  sub->add_option("--dtype", opts->dtype, kDtypeHelp)->capture_default_str();
   sub->add_option("--search-seconds", opts->search_seconds,
                   "compile-time budget of the search (measuring candidate programs on this machine)")
       ->capture_default_str();
@@ -266,6 +287,7 @@ struct DebugLogitsOptions {
   int64_t max_seq = 0;
   bool verbose = false;
   std::string device = "cpu";
+  std::string dtype = "auto";
   double search_seconds = 5;
 };
 
@@ -285,6 +307,7 @@ void run_debug_logits(const DebugLogitsOptions& o) {
   }
   if (ids.empty()) luminal::fail("debug-logits: --ids is empty");
   ModelOptions mo;
+  mo.compute_dtype = resolve_dtype(o.dtype, o.device, o.model);
   mo.all_logits = true;
   mo.max_seq_len = o.max_seq > 0 ? o.max_seq : static_cast<int64_t>(ids.size()) + o.steps + 1;
   auto t0 = std::chrono::steady_clock::now();
@@ -319,6 +342,7 @@ void run_debug_logits(const DebugLogitsOptions& o) {
   generated.push_back(sample_token(last, {}, rng));
   out["step_logits"] = steps;
   out["generated"] = generated;
+  out["compute_dtype"] = std::string(luminal::dtype_name(mo.compute_dtype));
   out["timing"] = {{"load_s", load}, {"prefill_s", prefill_s}, {"decode_s", decode_s}};
   std::cout << out.dump() << '\n';
 }
@@ -333,6 +357,7 @@ void add_debug_logits(CLI::App& app) {
   sub->add_option("--max-seq", opts->max_seq, "KV-cache length (default: ids + steps + 1)");
   sub->add_flag("--verbose,-v", opts->verbose, "print the compiler's report on stderr");
   sub->add_option("--device,-d", opts->device, "cpu, cuda or reference");
+  sub->add_option("--dtype", opts->dtype, kDtypeHelp);
   sub->add_option("--search-seconds", opts->search_seconds, "compile-time budget of the search");
   sub->callback([opts] { run_debug_logits(*opts); });
 }

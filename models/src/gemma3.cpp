@@ -111,14 +111,15 @@ namespace detail {
 GraphTensor gemma3_block(const BlockContext& ctx, const GraphTensor& x) {
   const TransformerConfig& c = ctx.config;
   auto norm = [&](const char* name) {
-    return nn::RMSNorm(ctx.g, ctx.prefix + "." + name, c.hidden_size, c.rms_norm_eps, /*unit_offset=*/true);
+    return nn::RMSNorm(ctx.g, ctx.prefix + "." + name, c.hidden_size, c.rms_norm_eps, /*unit_offset=*/true,
+                       param_dtype(c));
   };
   nn::RMSNorm input_norm = norm("input_layernorm");
   nn::RMSNorm post_attn_norm = norm("post_attention_layernorm");
   nn::RMSNorm pre_ff_norm = norm("pre_feedforward_layernorm");
   nn::RMSNorm post_ff_norm = norm("post_feedforward_layernorm");
   nn::GatedMLP mlp(ctx.g, ctx.prefix + ".mlp", c.hidden_size, c.intermediate_size, c.activation, c.mlp_bias,
-                   c.weight_dtype);
+                   c.weight_dtype, param_dtype(c));
   GraphTensor h = x + post_attn_norm(self_attention(ctx, input_norm(x)));
   return h + post_ff_norm(mlp(pre_ff_norm(h)));
 }

@@ -34,16 +34,17 @@ GraphTensor self_attention(const BlockContext& ctx, const GraphTensor& x) {
   const std::string a = ctx.prefix + ".self_attn";
   const int64_t H = c.num_heads, KV = c.num_kv_heads, D = c.head_dim;
   const Expression s = ctx.dims.seq;
-  nn::Linear q_proj(g, a + ".q_proj", c.hidden_size, H * D, c.attention_bias, c.weight_dtype);
-  nn::Linear k_proj(g, a + ".k_proj", c.hidden_size, KV * D, c.attention_bias, c.weight_dtype);
-  nn::Linear v_proj(g, a + ".v_proj", c.hidden_size, KV * D, c.attention_bias, c.weight_dtype);
-  nn::Linear o_proj(g, a + ".o_proj", H * D, c.hidden_size, c.attention_bias, c.weight_dtype);
+  const DType pd = param_dtype(c);
+  nn::Linear q_proj(g, a + ".q_proj", c.hidden_size, H * D, c.attention_bias, c.weight_dtype, pd);
+  nn::Linear k_proj(g, a + ".k_proj", c.hidden_size, KV * D, c.attention_bias, c.weight_dtype, pd);
+  nn::Linear v_proj(g, a + ".v_proj", c.hidden_size, KV * D, c.attention_bias, c.weight_dtype, pd);
+  nn::Linear o_proj(g, a + ".o_proj", H * D, c.hidden_size, c.attention_bias, c.weight_dtype, pd);
   GraphTensor q = q_proj(x).reshape({s, H, D});
   GraphTensor k = k_proj(x).reshape({s, KV, D});
   GraphTensor v = v_proj(x).reshape({s, KV, D});
   if (c.qk_norm) {
-    q = nn::RMSNorm(g, a + ".q_norm", D, c.rms_norm_eps, c.norm_unit_offset)(q);
-    k = nn::RMSNorm(g, a + ".k_norm", D, c.rms_norm_eps, c.norm_unit_offset)(k);
+    q = nn::RMSNorm(g, a + ".q_norm", D, c.rms_norm_eps, c.norm_unit_offset, pd)(q);
+    k = nn::RMSNorm(g, a + ".k_norm", D, c.rms_norm_eps, c.norm_unit_offset, pd)(k);
   }
   q = nn::RotaryEmbedding::apply(q, ctx.rotary);
   k = nn::RotaryEmbedding::apply(k, ctx.rotary);
@@ -56,11 +57,13 @@ GraphTensor self_attention(const BlockContext& ctx, const GraphTensor& x) {
 
 GraphTensor prenorm_block(const BlockContext& ctx, const GraphTensor& x) {
   const TransformerConfig& c = ctx.config;
-  nn::RMSNorm attn_norm(ctx.g, ctx.prefix + ".input_layernorm", c.hidden_size, c.rms_norm_eps, c.norm_unit_offset);
+  const DType pd = param_dtype(c);
+  nn::RMSNorm attn_norm(ctx.g, ctx.prefix + ".input_layernorm", c.hidden_size, c.rms_norm_eps, c.norm_unit_offset,
+                        pd);
   nn::RMSNorm mlp_norm(ctx.g, ctx.prefix + ".post_attention_layernorm", c.hidden_size, c.rms_norm_eps,
-                       c.norm_unit_offset);
+                       c.norm_unit_offset, pd);
   nn::GatedMLP mlp(ctx.g, ctx.prefix + ".mlp", c.hidden_size, c.intermediate_size, c.activation, c.mlp_bias,
-                   c.weight_dtype);
+                   c.weight_dtype, pd);
   GraphTensor h = x + self_attention(ctx, attn_norm(x));
   return h + mlp(mlp_norm(h));
 }

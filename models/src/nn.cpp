@@ -25,21 +25,32 @@ GraphTensor parameter(Graph& g, const std::string& name, const Shape& shape, DTy
   return g.named_tensor(name, shape, dtype).persist();
 }
 
-GraphTensor as_f32(const GraphTensor& w) { return w.dtype() == DType::F32 ? w : w.cast(DType::F32); }
+GraphTensor as_f32(const GraphTensor& w) { return w.cast(DType::F32); }
+
+bool is_half(DType dtype) { return dtype == DType::F16 || dtype == DType::BF16; }
 
 Linear::Linear(Graph& g, const std::string& prefix, int64_t in_features, int64_t out_features, bool with_bias,
-               DType weight_dtype)
+               DType weight_dtype, DType bias_dtype)
     : weight(parameter(g, prefix + ".weight", {out_features, in_features}, weight_dtype)) {
-  if (with_bias) bias = parameter(g, prefix + ".bias", {out_features});
+  if (with_bias) bias = parameter(g, prefix + ".bias", {out_features}, bias_dtype);
 }
 
-Embedding::Embedding(Graph& g, const std::string& prefix, int64_t vocab, int64_t dim, DType weight_dtype)
-    : weight(parameter(g, prefix + ".weight", {vocab, dim}, weight_dtype)) {}
+Embedding::Embedding(Graph& g, const std::string& prefix, int64_t vocab, int64_t dim, DType weight_dtype,
+                     DType compute_dtype_)
+    : weight(parameter(g, prefix + ".weight", {vocab, dim}, weight_dtype)), compute_dtype(compute_dtype_) {}
 
-RMSNorm::RMSNorm(Graph& g, const std::string& prefix, int64_t dim, double eps_, bool unit_offset_)
-    : weight(parameter(g, prefix + ".weight", {dim})), eps(eps_), unit_offset(unit_offset_) {}
+RMSNorm::RMSNorm(Graph& g, const std::string& prefix, int64_t dim, double eps_, bool unit_offset_,
+                 DType weight_dtype)
+    : weight(parameter(g, prefix + ".weight", {dim}, weight_dtype)), eps(eps_), unit_offset(unit_offset_) {}
 
 GraphTensor RMSNorm::operator()(const GraphTensor& x) const {
+  if (is_half(x.dtype())) {
+    // transformers: the statistics in float32 (a sum of squares overflows F16).
+    GraphTensor normed = x.cast(DType::F32).rms_norm(1, std::nullopt, eps);
+    // Gemma: (x * (1 + w.float())).type_as(x); Llama/Qwen: w * x.to(input_dtype).
+    if (unit_offset) return (normed * (weight.cast(DType::F32) + 1.0)).cast(x.dtype());
+    return normed.cast(x.dtype()) * weight.cast(x.dtype());
+  }
   if (!unit_offset) return x.rms_norm(1, weight, eps);
   // Gemma: normalise, then scale by (1 + w), all in float32 as transformers does.
   return x.rms_norm(1, std::nullopt, eps) * (weight + 1.0);
@@ -96,12 +107,12 @@ RotaryEmbedding::RotaryEmbedding(Graph& g, Constants& constants, const std::stri
   inv_freq_ = constants.add(g, name, rope_inv_freq(config));
 }
 
-Rotary RotaryEmbedding::tables(const SeqDims& dims) const {
+Rotary RotaryEmbedding::tables(const SeqDims& dims, DType dtype) const {
   LUMINAL_CHECK(graph_ != nullptr, "RotaryEmbedding used before construction");
   // Positions past .. past + seq - 1 (exact in float32 below 2^24).
   GraphTensor pos = graph_->iota(Expression::index() + dims.past, {dims.seq}, DType::I32).cast(DType::F32);
   GraphTensor freqs = pos.unsqueeze(1) * inv_freq_.unsqueeze(0);  // (seq, head_dim / 2)
-  return {freqs.cos(), freqs.sin()};
+  return {freqs.cos().cast(dtype), freqs.sin().cast(dtype)};
 }
 
 GraphTensor RotaryEmbedding::apply(const GraphTensor& x, const Rotary& r) {
@@ -119,10 +130,13 @@ GraphTensor RotaryEmbedding::apply(const GraphTensor& x, const Rotary& r) {
 
 // ---- attention ---------------------------------------------------------------------------
 
-KVCache::KVCache(Graph& g, const std::string& prefix, int64_t max_seq_, int64_t kv_heads_, int64_t head_dim_)
+KVCache::KVCache(Graph& g, const std::string& prefix, int64_t max_seq_, int64_t kv_heads_, int64_t head_dim_,
+                 DType dtype)
     : max_seq(max_seq_), kv_heads(kv_heads_), head_dim(head_dim_) {
-  k = g.named_tensor(prefix + ".k", {max_seq, kv_heads, head_dim}, DType::F32).persist();
-  v = g.named_tensor(prefix + ".v", {max_seq, kv_heads, head_dim}, DType::F32).persist();
+  LUMINAL_CHECK(dtype == DType::F32 || is_half(dtype), "KV cache '", prefix, "': F32, F16 or BF16, not ",
+                dtype_name(dtype));
+  k = g.named_tensor(prefix + ".k", {max_seq, kv_heads, head_dim}, dtype).persist();
+  v = g.named_tensor(prefix + ".v", {max_seq, kv_heads, head_dim}, dtype).persist();
 }
 
 GraphTensor cache_append(const GraphTensor& cache, const GraphTensor& rows, int64_t max_seq, const SeqDims& dims) {
@@ -156,7 +170,10 @@ GraphTensor causal_mask(Graph& g, const SeqDims& dims, std::optional<int64_t> sl
 
 GraphTensor softcap(const GraphTensor& x, double cap) {
   LUMINAL_CHECK(cap > 0, "soft-capping value must be positive, got ", cap);
-  return (x / cap).tanh() * cap;
+  // F16/BF16: tanh in F32, rounded once (torch's kernel); the division and product stay
+  // in x's dtype, as transformers writes them.
+  const GraphTensor scaled = x / cap;
+  return (is_half(x.dtype()) ? scaled.cast(DType::F32).tanh().cast(x.dtype()) : scaled.tanh()) * cap;
 }
 
 GraphTensor gqa_attention(const GraphTensor& q, const GraphTensor& k, const GraphTensor& v,
@@ -172,10 +189,12 @@ GraphTensor gqa_attention(const GraphTensor& q, const GraphTensor& k, const Grap
   GraphTensor qh = q.reshape({sq, *KV, G, *D}).permute({1, 2, 0, 3});  // (KV, G, sq, D)
   GraphTensor kt = k.permute({1, 2, 0}).unsqueeze(1);                   // (KV, 1, D, sk)
   GraphTensor vh = v.permute({1, 0, 2}).unsqueeze(1);                   // (KV, 1, sk, Dv)
-  GraphTensor scores = qh.matmul(kt) * o.scale;                         // (KV, G, sq, sk)
+  // F16/BF16: q.k is rounded to q's dtype by the matmul, then upcast for the rest
+  // (transformers scales in float opmath and takes softmax(dtype=float32).to(q.dtype)).
+  GraphTensor scores = qh.matmul(kt).cast(DType::F32) * o.scale;       // (KV, G, sq, sk)
   if (o.softcap) scores = softcap(scores, *o.softcap);
   if (mask) scores = scores + *mask;
-  GraphTensor probs = scores.softmax(-1);
+  GraphTensor probs = scores.softmax(-1).cast(q.dtype());
   GraphTensor out = probs.matmul(vh);  // (KV, G, sq, Dv)
   const Expression dv = v.dim(2);
   return out.permute({2, 0, 1, 3}).reshape({sq, Expression(*H) * dv});
@@ -200,6 +219,9 @@ Activation parse_activation(const std::string& name, const std::string& option) 
 }
 
 GraphTensor activate(const GraphTensor& x, Activation act) {
+  // torch computes these in float and rounds once; composing them in F16/BF16 would
+  // round every intermediate.
+  if (is_half(x.dtype())) return activate(x.cast(DType::F32), act).cast(x.dtype());
   switch (act) {
     case Activation::SiLU: return x.silu();
     case Activation::GeluTanh: return x.gelu_tanh();
@@ -210,16 +232,16 @@ GraphTensor activate(const GraphTensor& x, Activation act) {
 }
 
 GatedMLP::GatedMLP(Graph& g, const std::string& prefix, int64_t hidden, int64_t intermediate, Activation act_,
-                   bool with_bias, DType weight_dtype)
-    : gate(g, prefix + ".gate_proj", hidden, intermediate, with_bias, weight_dtype),
-      up(g, prefix + ".up_proj", hidden, intermediate, with_bias, weight_dtype),
-      down(g, prefix + ".down_proj", intermediate, hidden, with_bias, weight_dtype),
+                   bool with_bias, DType weight_dtype, DType bias_dtype)
+    : gate(g, prefix + ".gate_proj", hidden, intermediate, with_bias, weight_dtype, bias_dtype),
+      up(g, prefix + ".up_proj", hidden, intermediate, with_bias, weight_dtype, bias_dtype),
+      down(g, prefix + ".down_proj", intermediate, hidden, with_bias, weight_dtype, bias_dtype),
       act(act_) {}
 
 MLP::MLP(Graph& g, const std::string& fc1_prefix, const std::string& fc2_prefix, int64_t hidden,
-         int64_t intermediate, Activation act_, bool with_bias, DType weight_dtype)
-    : fc1(g, fc1_prefix, hidden, intermediate, with_bias, weight_dtype),
-      fc2(g, fc2_prefix, intermediate, hidden, with_bias, weight_dtype),
+         int64_t intermediate, Activation act_, bool with_bias, DType weight_dtype, DType bias_dtype)
+    : fc1(g, fc1_prefix, hidden, intermediate, with_bias, weight_dtype, bias_dtype),
+      fc2(g, fc2_prefix, intermediate, hidden, with_bias, weight_dtype, bias_dtype),
       act(act_) {}
 
 }  // namespace luminal::models::nn

@@ -296,8 +296,9 @@ std::vector<std::string> weight_names_in(const std::string& dir) {
   }
   return names;
 }
-// F16 or BF16 when every matrix (rank >= 2) of the checkpoint has that dtype, else F32:
-// a half-precision copy of an F32 matrix would lose bits.
+}  // namespace
+
+// A half-precision copy of an F32 matrix would lose bits: mixed checkpoints are F32.
 DType checkpoint_matrix_dtype(const std::string& dir) {
   std::optional<DType> found;
   for (const auto& f : find_weight_files(dir)) {
@@ -310,7 +311,6 @@ DType checkpoint_matrix_dtype(const std::string& dir) {
   }
   return found && (*found == DType::F16 || *found == DType::BF16) ? *found : DType::F32;
 }
-}  // namespace
 
 CausalLM CausalLM::from_pretrained(const std::string& dir, const ModelOptions& options) {
   TransformerConfig config = load_config(dir);
@@ -324,15 +324,21 @@ CausalLM CausalLM::from_pretrained(const std::string& dir, const ModelOptions& o
         break;
       }
   }
-  if (options.keep_weight_dtype) config.weight_dtype = checkpoint_matrix_dtype(dir);
+  // A half compute dtype holds every weight in itself (build); F32 keeps the checkpoint's.
+  if (options.keep_weight_dtype && !nn::is_half(options.compute_dtype))
+    config.weight_dtype = checkpoint_matrix_dtype(dir);
   CausalLM m = build(config, options);
   m.dir_ = dir;
   return m;
 }
 
 CausalLM CausalLM::build(const TransformerConfig& config, const ModelOptions& options) {
+  LUMINAL_CHECK(options.compute_dtype == DType::F32 || nn::is_half(options.compute_dtype),
+                "ModelOptions::compute_dtype must be F32, BF16 or F16, got ", dtype_name(options.compute_dtype));
   CausalLM m;
   m.config_ = config;
+  m.config_.compute_dtype = options.compute_dtype;
+  if (nn::is_half(options.compute_dtype)) m.config_.weight_dtype = options.compute_dtype;
   m.graph_ = std::make_unique<Graph>();
   m.all_logits_ = options.all_logits;
   const TransformerConfig& c = m.config_;
@@ -349,8 +355,11 @@ CausalLM CausalLM::build(const TransformerConfig& config, const ModelOptions& op
   g.set_dim("s", 1);
   g.set_dim("p", std::min<int64_t>(m.max_seq_ / 2, 256));
   m.input_ids_ = g.named_tensor("input_ids", {dims.seq}, DType::I32);
-  nn::Embedding embed(g, c.weight_prefix + "embed_tokens", c.vocab_size, c.hidden_size, c.weight_dtype);
+  nn::Embedding embed(g, c.weight_prefix + "embed_tokens", c.vocab_size, c.hidden_size, c.weight_dtype,
+                      c.compute_dtype);
   GraphTensor x = embed(m.input_ids_);
+  // The scale is a constant of x's dtype: rounded to BF16/F16 there, as transformers
+  // does (Gemma's sqrt(3072) = 55.43 becomes 55.5).
   if (c.embedding_scale != 1.0) x = x * c.embedding_scale;
 
   // One rotary table per distinct RoPE configuration, shared by the layers using it.
@@ -359,25 +368,29 @@ CausalLM CausalLM::build(const TransformerConfig& config, const ModelOptions& op
     for (const auto& [cfg, rot] : rotaries)
       if (cfg == rc) return rot;
     nn::RotaryEmbedding re(g, m.constants_, "rope." + std::to_string(rotaries.size()) + ".inv_freq", rc);
-    rotaries.emplace_back(rc, re.tables(dims));
+    rotaries.emplace_back(rc, re.tables(dims, c.compute_dtype));
     return rotaries.back().second;
   };
   for (const auto& l : c.layers) rotary_for(l.rope);  // build all first: references stay valid
 
   for (int64_t i = 0; i < c.num_layers; ++i) {
-    m.caches_.emplace_back(g, "cache.layers." + std::to_string(i), m.max_seq_, c.num_kv_heads, c.head_dim);
+    m.caches_.emplace_back(g, "cache.layers." + std::to_string(i), m.max_seq_, c.num_kv_heads, c.head_dim,
+                           c.compute_dtype);
     detail::BlockContext ctx{g, c, i, c.weight_prefix + "layers." + std::to_string(i), dims,
                              rotary_for(c.layers[static_cast<size_t>(i)].rope), m.caches_.back()};
     x = c.family == Family::Gemma3 ? detail::gemma3_block(ctx, x) : detail::prenorm_block(ctx, x);
   }
-  x = nn::RMSNorm(g, c.weight_prefix + "norm", c.hidden_size, c.rms_norm_eps, c.norm_unit_offset)(x);
+  x = nn::RMSNorm(g, c.weight_prefix + "norm", c.hidden_size, c.rms_norm_eps, c.norm_unit_offset,
+                  detail::param_dtype(c))(x);
   if (!m.all_logits_) x = x.slice(0, dims.seq - 1, dims.seq);
   GraphTensor head =
       c.tie_word_embeddings ? embed.weight
                             : nn::parameter(g, c.lm_head_name, {c.vocab_size, c.hidden_size}, c.weight_dtype);
-  GraphTensor logits = x.linear(nn::as_f32(head));
+  // lm_head and soft-capping in the compute dtype (transformers' logits are BF16 there),
+  // handed out as F32 (exact).
+  GraphTensor logits = x.linear(head.cast(x.dtype()));
   if (c.final_logit_softcapping) logits = nn::softcap(logits, *c.final_logit_softcapping);
-  m.logits_ = logits.output("logits");
+  m.logits_ = logits.cast(DType::F32).output("logits");
 
   // Weights: every persisted input except the caches and the host constants.
   std::set<std::string> not_weights;
@@ -425,7 +438,7 @@ CompileOptions CausalLM::with_prefill_plan(CompileOptions options) const {
 void CausalLM::clear_caches(Runtime& rt) const {
   for (const auto& kv : caches_) {
     const auto n = static_cast<size_t>(kv.max_seq * kv.kv_heads * kv.head_dim);
-    HostTensor zeros = HostTensor::zeros(DType::F32, n, {kv.max_seq, kv.kv_heads, kv.head_dim});
+    HostTensor zeros = HostTensor::zeros(kv.k.dtype(), n, {kv.max_seq, kv.kv_heads, kv.head_dim});
     rt.set_data(kv.k, zeros);
     rt.set_data(kv.v, zeros);
   }

@@ -61,7 +61,11 @@ struct TransformerConfig {
   std::string lm_head_name = "lm_head.weight";
   // The dtype the weight matrices (linear layers, embeddings) are held in: F32, or the
   // checkpoint's F16/BF16 (converted where they are read; norms and biases stay F32).
+  // With an F16/BF16 compute_dtype, every weight is held in the compute dtype.
   DType weight_dtype = DType::F32;
+  // What activations, matmuls, the residual stream and KV caches use (ModelOptions::
+  // compute_dtype; CausalLM::build sets it).
+  DType compute_dtype = DType::F32;
   std::optional<int32_t> bos_token_id;
   std::vector<int32_t> eos_token_ids;   // config.json and generation_config.json, merged
 };
@@ -81,6 +85,10 @@ TransformerConfig parse_gemma3_config(const nlohmann::json& config);
 // Gemma3TextConfig's defaults); weights under "model.language_model.".
 TransformerConfig parse_gemma3_multimodal_config(const nlohmann::json& config);
 
+// F16 or BF16 when every weight matrix (rank >= 2) of the checkpoint in `dir` has that
+// dtype, else F32.
+DType checkpoint_matrix_dtype(const std::string& dir);
+
 // The safetensors files of a model directory: the shards listed by
 // model.safetensors.index.json, else every *.safetensors file. Throws naming a missing
 // shard, or when there is none.
@@ -95,6 +103,13 @@ struct ModelOptions {
   // BF16), keep them so (half the memory and bandwidth of F32; the values computed are
   // the same, since conversion to F32 is exact); otherwise, or when false, F32.
   bool keep_weight_dtype = true;
+  // The dtype the model computes in: F32 (the default), or BF16/F16 as transformers
+  // does with torch_dtype=bfloat16/float16: every weight (norms and biases too) is held
+  // in that dtype (converted when loaded unless the checkpoint already has it), and
+  // embeddings, matmuls, the residual stream and KV caches are in it; RMSNorm statistics,
+  // activations, RoPE tables and the attention softmax are computed in F32 first. Logits
+  // come out as F32 (exactly the half-precision values). Anything else throws.
+  DType compute_dtype = DType::F32;
 };
 
 // A causal LM graph: token ids in, logits out, one KV cache per layer.
