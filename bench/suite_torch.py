@@ -7,7 +7,10 @@ same device in the same run. One JSON object per line; value is milliseconds per
 
 --device cpu (default): luminal on the CPU backend (LUMINAL_BENCH_RUNTIME picks another
 runtime registered in this build, e.g. "reference", the double-precision interpreter); every
-contender gets the same threads (LUMINAL_BENCH_THREADS, default all cores).
+contender gets the same threads (LUMINAL_BENCH_THREADS, default all cores: torch's
+intra-op threads and luminal's pool, LUMINAL_NUM_THREADS). LUMINAL_BENCH_CPU_TIME=1 times
+by process CPU time instead of wall time (on a shared machine wall time measures the
+neighbours; with one thread, CPU time is the work), for every contender alike.
 --device cuda: the model and inputs on the GPU, luminal on the "cuda" runtime, eager and
 inductor on the same GPU; each timed call ends with torch.cuda.synchronize(). Without a
 usable GPU (or a build without the CUDA runtime) it exits with status 2 and says why.
@@ -23,6 +26,11 @@ from pathlib import Path
 
 warnings.filterwarnings("ignore")
 ROOT = Path(__file__).resolve().parents[1]
+THREADS = os.environ.get("LUMINAL_BENCH_THREADS")
+if THREADS:  # luminal's CPU pool reads it when it starts (the first compile)
+    os.environ.setdefault("LUMINAL_NUM_THREADS", THREADS)
+CPU_TIME = os.environ.get("LUMINAL_BENCH_CPU_TIME") == "1"
+clock = time.process_time if CPU_TIME else time.perf_counter
 sys.path.insert(0, str(ROOT / "tests" / "python"))
 
 import torch  # noqa: E402
@@ -69,16 +77,17 @@ def time_ms(fn, args, sync, min_runs=3, budget_s=2.0):
     times = []
     start = time.perf_counter()
     while len(times) < min_runs or (time.perf_counter() - start < budget_s and len(times) < 50):
-        t0 = time.perf_counter()
+        t0 = clock()
         fn(*args)
         sync()
-        times.append((time.perf_counter() - t0) * 1e3)
+        times.append((clock() - t0) * 1e3)
     return statistics.median(times)
 
 
 def emit(case, value, peers, runtime, device, **extra):
     line = {"suite": "torch", "case": case, "value": round(value, 4), "unit": "ms", "better": "lower",
-            "runtime": runtime, "device": device}
+            "runtime": runtime, "device": device, "threads": int(THREADS or os.cpu_count() or 1),
+            "clock": "process_cpu" if CPU_TIME else "wall"}
     if peers:
         line["peers"] = {k: round(v, 4) for k, v in peers.items()}
         line["ratio_vs_best_peer"] = round(min(peers.values()) / value, 6) if value else None
@@ -94,7 +103,7 @@ def main(argv=None):
         return 2
     sync = torch.cuda.synchronize if args.device == "cuda" else (lambda: None)
     # The same threads for every contender (the CPU backend's pool uses every core).
-    torch.set_num_threads(int(os.environ.get("LUMINAL_BENCH_THREADS", str(os.cpu_count() or 1))))
+    torch.set_num_threads(int(THREADS or os.cpu_count() or 1))
     for name in args.cases:
         model, inputs = CASES[name]()
         model = model.to(args.device)

@@ -54,10 +54,11 @@ void bind_models(nb::module_& root) {
   nb::class_<Generator>(m, "Generator", "A causal LM compiled into a runtime, with its weights loaded.")
       .def_static("from_pretrained", [](const std::string& dir, const std::string& runtime,
                                         const std::optional<CompileOptions>& options, int64_t max_seq_len,
-                                        bool all_logits) {
+                                        bool all_logits, DType compute_dtype) {
              models::ModelOptions mo;
              mo.max_seq_len = max_seq_len;
              mo.all_logits = all_logits;
+             mo.compute_dtype = compute_dtype;
              CausalLM model = CausalLM::from_pretrained(dir, mo);
              const RuntimeEntry& entry = find_runtime(runtime);
              std::unique_ptr<Runtime> rt = entry.make();
@@ -67,8 +68,10 @@ void bind_models(nb::module_& root) {
              }
              return std::make_unique<Generator>(std::move(model), std::move(rt));
            }, "dir"_a, "runtime"_a = "reference", "options"_a = nb::none(), "max_seq_len"_a = 0,
-           "all_logits"_a = false,
-           "Load config.json + safetensors from `dir` (Llama 3, Qwen 3, Gemma 3), compile and load weights.")
+           "all_logits"_a = false, "compute_dtype"_a = DType::F32,
+           "Load config.json + safetensors from `dir` (Llama 3, Qwen 3, Gemma 3), compile and load weights. "
+           "compute_dtype: F32 (default), or BF16/F16 computed as transformers does with that torch_dtype "
+           "(norms, softmax, RoPE tables and activations upcast to F32).")
       .def("generate", [](Generator& g, const std::vector<int32_t>& prompt, int64_t max_new_tokens,
                           double temperature, int64_t top_k, double top_p, uint64_t seed,
                           const std::vector<int32_t>& stop_tokens, bool stop_at_eos, bool record_logits,

@@ -372,6 +372,7 @@ search::SegmentProgram search_segment(const SaturatedSegment& seg, const Runtime
     search::SearchSetup setup;
     setup.seeds = {cheapest, source};
     setup.fallback = source;
+    setup.slow_fallback = cheapest;
     setup.time_limit_s = std::max(time_left_s, 1e-3);
     search::SearchResult result = search::genetic_search(
         choices, o, setup, [&](std::span<const search::Genome> batch) { return profiler.evaluate(batch); });

@@ -108,6 +108,8 @@ SearchResult genetic_search(const std::vector<uint32_t>& choices, const CompileO
   };
   std::unordered_set<uint64_t> seen;
   std::vector<Scored> best;  // sorted by time, at most keep_best
+  const uint64_t slow_fallback_hash = setup.slow_fallback ? genome_hash(*setup.slow_fallback) : 0;
+  bool slow_fallback_timed_out = false;
   // Evaluate a batch; returns how many were viable.
   auto consider = [&](std::vector<std::pair<Genome, uint64_t>> batch) -> int {
     std::vector<Genome> genomes;
@@ -124,6 +126,8 @@ SearchResult genetic_search(const std::vector<uint32_t>& choices, const CompileO
       }
       report.candidates++;
       if (!e.seconds) {
+        if (setup.slow_fallback && batch[k].second == slow_fallback_hash && batch[k].first == *setup.slow_fallback)
+          slow_fallback_timed_out = e.rejection == Rejection::Timeout;
         report.rejected[static_cast<size_t>(e.rejection)]++;
         if (report.first_rejection_detail.empty()) report.first_rejection_detail = e.detail;
         continue;
@@ -161,12 +165,14 @@ SearchResult genetic_search(const std::vector<uint32_t>& choices, const CompileO
     consider(std::move(batch));
   }
   if (best.empty()) {
-    // Nothing could be profiled: keep the fallback (the unrewritten program), which is
-    // correct by construction.
-    report.stop_reason = "no candidate could be profiled (" + report.first_rejection_detail + "); kept the baseline";
+    // Nothing could be profiled: keep the slow fallback if only the clock was against it,
+    // else the fallback (the unrewritten program), which is correct by construction.
+    const bool slow = slow_fallback_timed_out;
+    report.stop_reason = "no candidate could be profiled (" + report.first_rejection_detail + "); " +
+                         (slow ? "kept the cheapest program (it was only over the profile timeout)" : "kept the baseline");
     report.search_seconds = elapsed();
     if (o.verbose_) std::fprintf(stderr, "\n%s\n", report.summary().c_str());
-    return {setup.fallback, report};
+    return {slow ? *setup.slow_fallback : setup.fallback, report};
   }
   report.first_seconds = report.best_seconds;
 

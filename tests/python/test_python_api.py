@@ -116,6 +116,25 @@ def test_generate_with_the_shipped_model():
     assert gen.architecture == "LlamaForCausalLM"
 
 
+def test_generate_in_bf16_compute():
+    model_dir = luminal.models.default_model_dir()
+    tok = luminal.models.Tokenizer.from_file(model_dir)
+    prompt = tok.encode("Once upon a time")
+    logits = {}
+    for dt in (luminal.DType.F32, luminal.DType.BF16):
+        gen = luminal.models.Generator.from_pretrained(model_dir, "reference",
+                                                        luminal.CompileOptions(search_graph_limit=1), max_seq_len=64,
+                                                        compute_dtype=dt)
+        logits[dt] = np.asarray(gen.forward(prompt), dtype=np.float64).ravel()
+    f32, bf16 = logits[luminal.DType.F32], logits[luminal.DType.BF16]
+    assert np.all(np.isfinite(bf16)) and bf16.shape == f32.shape
+    scale = np.abs(f32).max()
+    # BF16 rounding moves the logits (they are not the F32 ones) but only by rounding noise.
+    assert 0 < np.abs(bf16 - f32).max() < 0.05 * scale
+    with pytest.raises(luminal.Error, match="compute_dtype"):
+        luminal.models.Generator.from_pretrained(model_dir, "reference", compute_dtype=luminal.DType.I32)
+
+
 def test_type_stubs_ship_with_the_package():
     from pathlib import Path
 

@@ -211,10 +211,35 @@ TEST(GeneticSearch, ResamplesAfterAWhollyRejectedGeneration) {
     }
     return out;
   };
-  search::SearchSetup setup{{seed}, seed, 10.0};
+  search::SearchSetup setup{{seed}, seed, 10.0, std::nullopt};
   auto r = search::genetic_search(choices, CompileOptions().mutations(1).generation_size(4).search_graph_limit(200).seed(2),
                                   setup, evaluate);
   EXPECT_GT(r.report.resampled_generations, 0);
+}
+
+TEST(GeneticSearch, WhenOnlyTheClockRejectedTheCheapestItIsKept) {
+  // Every candidate over the profile timeout (a loaded machine, a large model): the cheapest
+  // program is kept, not the unrewritten one (which is usually far slower). A cheapest that
+  // failed for another reason (it threw, it disagreed) leaves the unrewritten one.
+  std::vector<uint32_t> choices = {3, 3, 3};
+  const search::Genome cheapest{1, 2, 0}, source{0, 0, 0};
+  for (auto cheapest_rejection : {search::Rejection::Timeout, search::Rejection::Throws, search::Rejection::Mismatch}) {
+    auto evaluate = [&](std::span<const search::Genome> batch) {
+      std::vector<search::Evaluation> out;
+      for (const auto& g : batch)
+        out.push_back({std::nullopt, g == cheapest ? cheapest_rejection : search::Rejection::Timeout, "over"});
+      return out;
+    };
+    search::SearchSetup setup{{cheapest, source}, source, 10.0, cheapest};
+    auto r = search::genetic_search(choices, CompileOptions().search_graph_limit(12).seed(1), setup, evaluate);
+    if (cheapest_rejection == search::Rejection::Timeout) {
+      EXPECT_EQ(r.best, cheapest);
+      EXPECT_NE(r.report.stop_reason.find("kept the cheapest program"), std::string::npos) << r.report.stop_reason;
+    } else {
+      EXPECT_EQ(r.best, source) << search::rejection_name(cheapest_rejection);
+      EXPECT_NE(r.report.stop_reason.find("kept the baseline"), std::string::npos) << r.report.stop_reason;
+    }
+  }
 }
 
 TEST(GeneticSearch, SameSeedAndSameTimesGiveTheSameProgram) {

@@ -53,6 +53,11 @@ struct SearchSetup {
   std::vector<Genome> seeds;      // tried first, in order, until one is viable (e.g. cheapest, unrewritten)
   Genome fallback;                // returned when nothing is viable (correct by construction)
   double time_limit_s = 0;        // this search's share of the compile's budget (0: options')
+  // Returned instead of `fallback` when nothing is viable and this genome was tried and
+  // rejected only for running past the profile timeout: slowness (a loaded machine, a big
+  // program) says nothing against it, and the unrewritten fallback is usually far slower
+  // (a materialised broadcast product per matmul). The caller verifies it as any choice.
+  std::optional<Genome> slow_fallback;
 };
 
 // `choices[i]` is the number of options of slot i (>= 1). `evaluate` is called on
