@@ -122,6 +122,32 @@ std::optional<search::Extracted> program_with_matmuls(luminal::testing::TestMode
   return std::nullopt;
 }
 
+// Runs `p`, the program of y = x [rows, K] . w [N, K]^T, on the device and compares y with
+// the products summed in double: within `magnitude_tol` of the products' magnitudes plus
+// `rounding` of the result (and 1e-6).
+void expect_linear_matches(const search::Extracted& p, luminal::testing::TestModel& m, const GraphTensor& x,
+                           const GraphTensor& w, const HostTensor& xv, const HostTensor& wv, int rows, int N, int K,
+                           double magnitude_tol, double rounding, const std::string& what) {
+  cuda::CudaRuntime rt;
+  rt.load_program(0, p.program, p.io_of);
+  rt.set_tensor(x.id(), xv);
+  rt.set_tensor(w.id(), wv);
+  rt.execute(m.cx.dim_map());
+  auto got = rt.get(m.outputs[0]).to_f64();
+  ASSERT_EQ(got.size(), size_t(rows) * N) << what;
+  for (int i = 0; i < rows; ++i)
+    for (int j = 0; j < N; ++j) {
+      double want = 0, magnitude = 0;
+      for (int k = 0; k < K; ++k) {
+        const double prod = xv.get_f64(size_t(i) * K + k) * wv.get_f64(size_t(j) * K + k);
+        want += prod;
+        magnitude += std::abs(prod);
+      }
+      ASSERT_NEAR(got[size_t(i) * N + j], want, magnitude_tol * magnitude + rounding * std::abs(want) + 1e-6)
+          << what << " at " << i << "," << j;
+    }
+}
+
 }  // namespace
 
 TEST(CudaRuntime, ElementwiseAndReductions) {
@@ -203,24 +229,8 @@ TEST(CudaRuntime, MatmulThroughBothImplementations) {
       for (const char* impl : {"CudaGemv", "CudaCublasLt"}) {
         auto p = program_with_matmuls(m, impl);
         ASSERT_TRUE(p.has_value()) << "no program with a matmul op";
-        cuda::CudaRuntime rt;
-        rt.load_program(0, p->program, p->io_of);
-        rt.set_tensor(x.id(), xv);
-        rt.set_tensor(w.id(), wv);
-        rt.execute(m.cx.dim_map());
-        auto got = rt.get(m.outputs[0]).to_f64();
-        ASSERT_EQ(got.size(), size_t(rows) * N);
-        for (int i = 0; i < rows; ++i)
-          for (int j = 0; j < N; ++j) {
-            double want = 0, magnitude = 0;
-            for (int k = 0; k < K; ++k) {
-              const double prod = xv.get_f64(size_t(i) * K + k) * wv.get_f64(size_t(j) * K + k);
-              want += prod;
-              magnitude += std::abs(prod);
-            }
-            ASSERT_NEAR(got[size_t(i) * N + j], want, 1e-5 * magnitude + rounding * std::abs(want) + 1e-6)
-                << impl << " " << dtype_name(dt) << " rows " << rows << " at " << i << "," << j;
-          }
+        expect_linear_matches(*p, m, x, w, xv, wv, rows, N, K, 1e-5, rounding,
+                              detail::concat(impl, " ", dtype_name(dt), " rows ", rows));
       }
     }
 }
@@ -248,24 +258,8 @@ TEST(CudaRuntime, F32ProductsReadHalfWeightsWithoutAnF32Copy) {
           int casts = 0;
           for (const Node& n : p->program.nodes()) casts += n.op == OpKind::Cast;
           EXPECT_EQ(casts, 0) << "the weight was still widened by a Cast node";
-          cuda::CudaRuntime rt;
-          rt.load_program(0, p->program, p->io_of);
-          rt.set_tensor(x.id(), xv);
-          rt.set_tensor(w.id(), wv);
-          rt.execute(m.cx.dim_map());
-          auto got = rt.get(m.outputs[0]).to_f64();
-          ASSERT_EQ(got.size(), size_t(rows) * N);
-          for (int i = 0; i < rows; ++i)
-            for (int j = 0; j < N; ++j) {
-              double want = 0, magnitude = 0;
-              for (int k = 0; k < K; ++k) {
-                const double prod = xv.get_f64(size_t(i) * K + k) * wv.get_f64(size_t(j) * K + k);
-                want += prod;
-                magnitude += std::abs(prod);
-              }
-              ASSERT_NEAR(got[size_t(i) * N + j], want, 1e-6 * magnitude + 1e-6 * std::abs(want) + 1e-6)
-                  << impl << " " << dtype_name(wdt) << " rows " << rows << " K " << K << " at " << i << "," << j;
-            }
+          expect_linear_matches(*p, m, x, w, xv, wv, rows, N, K, 1e-6, 1e-6,
+                                detail::concat(impl, " ", dtype_name(wdt), " rows ", rows, " K ", K));
         }
       }
 }
