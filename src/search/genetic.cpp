@@ -169,7 +169,8 @@ SearchResult genetic_search(const std::vector<uint32_t>& choices, const CompileO
     // else the fallback (the unrewritten program), which is correct by construction.
     const bool slow = slow_fallback_timed_out;
     report.stop_reason = "no candidate could be profiled (" + report.first_rejection_detail + "); " +
-                         (slow ? "kept the cheapest program (it was only over the profile timeout)" : "kept the baseline");
+                         (slow ? "kept the cheapest program (it was only over the profile timeout)"
+                               : "kept the baseline");
     report.search_seconds = elapsed();
     if (o.verbose_) std::fprintf(stderr, "\n%s\n", report.summary().c_str());
     return {slow ? *setup.slow_fallback : setup.fallback, report};

@@ -241,7 +241,8 @@ struct CudaRuntime::Shared {
     } catch (const Error&) {
       // The unit failed (or one of its other kernels did): compile this kernel alone, so
       // a failure names this region and NVRTC's log is about it.
-      auto alone = std::make_shared<const KernelSource>(KernelSource{c->name, kernel::emit_cuda(c->kernel, c->name), kEmittedKernelOptions});
+      auto alone = std::make_shared<const KernelSource>(
+          KernelSource{c->name, kernel::emit_cuda(c->kernel, c->name), kEmittedKernelOptions});
       try {
         c->fn = modules->function(*alone, c->name);
       } catch (const Error& e) {

@@ -251,7 +251,8 @@ TEST(CudaRuntime, F32ProductsReadHalfWeightsWithoutAnF32Copy) {
         auto w = m.cx.named_tensor("w", {N, K}, wdt).persist();
         m.inputs = {x, w};
         m.outputs.push_back(x.linear(w.cast(DType::F32)).output());
-        HostTensor xv = varied(DType::F32, static_cast<size_t>(rows) * K, 7, false), wv = varied(wdt, size_t(N) * K, 8, false);
+        HostTensor xv = varied(DType::F32, static_cast<size_t>(rows) * K, 7, false);
+        HostTensor wv = varied(wdt, size_t(N) * K, 8, false);
         for (const char* impl : {"CudaGemv", "CudaCublasLt"}) {
           auto p = program_with_matmuls(m, impl, wdt);
           ASSERT_TRUE(p.has_value()) << "no program whose matmul reads the " << dtype_name(wdt) << " weight itself";
@@ -768,7 +769,8 @@ TEST(CudaRuntime, AFaultingKernelStopsTheCompileWithDeviceLost) {
   // dead context (every later candidate would "fail" for an unrelated reason): it stops with
   // DeviceLost naming the fault, and every later use of the device says the same.
   if (std::getenv("LUMINAL_FAKE_CUDA_FAULT_AT_KERNEL") == nullptr)
-    GTEST_SKIP() << "runs under the emulation with LUMINAL_FAKE_CUDA_FAULT_AT_KERNEL set (ctest cuda_runtime_fault_emulated)";
+    GTEST_SKIP() << "runs under the emulation with LUMINAL_FAKE_CUDA_FAULT_AT_KERNEL set "
+                    "(ctest cuda_runtime_fault_emulated)";
   LUMINAL_REQUIRE_GPU();
   luminal::Graph cx;
   auto x = cx.named_tensor("x", {5, 24}, DType::F32);

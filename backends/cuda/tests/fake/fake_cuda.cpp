@@ -379,7 +379,8 @@ void host_gemv(Kind k, Kind kw, int act, const CUdeviceptr* p, const int* sizes)
   for (int m = 0; m < M; ++m)
     for (int n = 0; n < N; ++n) {
       double acc = 0;
-      for (int i = 0; i < K; ++i) acc += load(host(p[0]), int64_t(m) * K + i, k) * load(host(p[1]), int64_t(n) * K + i, kw);
+      for (int i = 0; i < K; ++i)
+        acc += load(host(p[0]), int64_t(m) * K + i, k) * load(host(p[1]), int64_t(n) * K + i, kw);
       if (p[2]) acc += load(host(p[2]), n, k);
       acc = host_activate(static_cast<float>(acc), act);
       if (p[3]) acc += load(host(p[3]), int64_t(m) * N + n, k);
