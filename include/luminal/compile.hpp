@@ -87,4 +87,14 @@ struct CompileOptions {
   CompileOptions& program_cache_dir(std::string dir) { program_cache_dir_ = std::move(dir); return *this; }
 };
 
+// Do a candidate's output and the reference program's agree, as the search and the
+// compile's verification judge it? nullopt when they do, else why not. NaN must meet NaN
+// and infinities match exactly. F32 and wider: every finite element within 1e-3 of its own
+// magnitude plus the tensor's mean magnitude (sums may be reassociated). BF16/F16: the
+// same per element (5e-2 / 2e-2), or else a relative L2 error within 2e-2 / 5e-3 with no
+// element off by more than a quarter of the tensor's largest magnitude (half-precision
+// chains drift per element; wrong programs are wrong by the values' size).
+struct HostTensor;
+std::optional<std::string> compare_outputs(const HostTensor& got, const HostTensor& want);
+
 }  // namespace luminal

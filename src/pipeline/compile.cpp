@@ -115,31 +115,6 @@ std::shared_ptr<SaturatedSegment> saturate_segment(const Graph& segment, const R
   return s;
 }
 
-// Do two outputs agree? NaN must meet NaN, infinities must match exactly, finite values
-// within a tolerance for the dtype (rewrites may reassociate sums).
-std::optional<std::string> compare_outputs(const HostTensor& got, const HostTensor& want) {
-  if (got.numel() != want.numel()) return "different sizes";
-  double rtol = want.dtype == DType::BF16 ? 5e-2 : want.dtype == DType::F16 ? 2e-2 : 1e-3;
-  // The tensor's scale (mean magnitude of its finite values) joins each element's own: an
-  // element that a reassociated sum cancels to near zero carries the rounding of the terms
-  // it cancelled, not of its small result. A wrong value, sign, NaN or infinity still fails.
-  double scale = 0;
-  size_t finite = 0;
-  for (size_t k = 0; k < want.numel(); ++k)
-    if (double b = want.get_f64(k); std::isfinite(b)) scale += std::abs(b), ++finite;
-  scale = finite ? scale / static_cast<double>(finite) : 0;
-  for (size_t k = 0; k < want.numel(); ++k) {
-    double a = got.get_f64(k), b = want.get_f64(k);
-    bool same = (std::isnan(a) && std::isnan(b)) || a == b ||
-                (std::isfinite(a) && std::isfinite(b) && std::abs(a - b) <= rtol * (1 + std::abs(b) + scale));
-    if (!same) {
-      std::ostringstream os;
-      os << "element " << k << ": " << a << " instead of " << b;
-      return os.str();
-    }
-  }
-  return std::nullopt;
-}
 
 // Runs candidates of one segment at one bucket on a single runtime whose inputs are set
 // once; remembers every program it has seen.
@@ -436,6 +411,63 @@ std::string program_cache_context(const Runtime& rt, const CompileOptions& o) {
 }
 
 }  // namespace
+
+std::optional<std::string> compare_outputs(const HostTensor& got, const HostTensor& want) {
+  if (got.numel() != want.numel()) return "different sizes";
+  const bool half = want.dtype == DType::BF16 || want.dtype == DType::F16;
+  const double rtol = want.dtype == DType::BF16 ? 5e-2 : want.dtype == DType::F16 ? 2e-2 : 1e-3;
+  // The tensor's scale (mean magnitude of its finite values) joins each element's own: an
+  // element that a reassociated sum cancels to near zero carries the rounding of the terms
+  // it cancelled, not of its small result. A wrong value, sign, NaN or infinity still fails.
+  double scale = 0, peak = 0, diff2 = 0, want2 = 0;
+  size_t finite = 0;
+  for (size_t k = 0; k < want.numel(); ++k)
+    if (double b = want.get_f64(k); std::isfinite(b)) {
+      scale += std::abs(b);
+      peak = std::max(peak, std::abs(b));
+      want2 += b * b;
+      ++finite;
+    }
+  scale = finite ? scale / static_cast<double>(finite) : 0;
+  std::optional<std::string> first;
+  for (size_t k = 0; k < want.numel(); ++k) {
+    double a = got.get_f64(k), b = want.get_f64(k);
+    if ((std::isnan(a) && std::isnan(b)) || a == b) continue;
+    if (!std::isfinite(a) || !std::isfinite(b)) {  // NaN or infinity against anything else
+      std::ostringstream os;
+      os << "element " << k << ": " << a << " instead of " << b;
+      return os.str();
+    }
+    diff2 += (a - b) * (a - b);
+    if (!first && std::abs(a - b) > rtol * (1 + std::abs(b) + scale)) {
+      std::ostringstream os;
+      os << "element " << k << ": " << a << " instead of " << b;
+      first = os.str();
+      if (!half) return first;
+    }
+  }
+  if (!first) return std::nullopt;
+  // Half precision: a chain of BF16/F16 ops (a transformer layer) that rounds at other
+  // points drifts per element by more than any fixed per-element bound, while a wrong
+  // program (a wrong index, axis or operand) is wrong by the values' own size. So: the
+  // relative L2 error over the tensor within the dtype's tolerance, and no element off by
+  // more than a quarter of the tensor's largest magnitude.
+  for (size_t k = 0; k < want.numel(); ++k) {
+    double a = got.get_f64(k), b = want.get_f64(k);
+    if (std::isfinite(a) && std::isfinite(b) && std::abs(a - b) > 0.25 * peak + rtol * std::abs(b)) {
+      std::ostringstream os;
+      os << "element " << k << ": " << a << " instead of " << b << " (over a quarter of the largest magnitude, " << peak
+         << ")";
+      return os.str();
+    }
+  }
+  const double relative_l2 = std::sqrt(diff2 / std::max(want2, 1e-300));
+  const double l2_tol = want.dtype == DType::BF16 ? 2e-2 : 5e-3;
+  if (relative_l2 <= l2_tol) return std::nullopt;
+  std::ostringstream os;
+  os << *first << "; relative L2 error " << relative_l2 << " over " << l2_tol;
+  return os.str();
+}
 
 std::string CompileReport::to_string() const {
   std::ostringstream os;

@@ -290,3 +290,47 @@ TEST(BackendContract, CompileIsDeterministicWithAnInjectedTimer) {
   uint64_t a = compile_once(5), b = compile_once(5);
   EXPECT_EQ(a, b);
 }
+
+TEST(CompareOutputs, HalfPrecisionDriftPassesAndWrongProgramsFail) {
+  std::mt19937_64 rng(9);
+  std::normal_distribution<double> normal(0.0, 2.0);
+  const size_t n = 1024;
+  for (DType dt : {DType::F32, DType::BF16, DType::F16}) {
+    SCOPED_TRACE(dtype_name(dt));
+    HostTensor want = HostTensor::zeros(dt, n);
+    for (size_t k = 0; k < n; ++k) want.set_f64(k, normal(rng));
+    want.set_f64(7, -3.25);
+    auto copy = [&] {
+      HostTensor t = HostTensor::zeros(dt, n);
+      for (size_t k = 0; k < n; ++k) t.set_f64(k, want.get_f64(k));
+      return t;
+    };
+    EXPECT_FALSE(compare_outputs(copy(), want).has_value());
+    // One element drifted as a half-precision chain rounding elsewhere does (seen: -2.875
+    // for -3.25 in BF16; F16 keeps 3 more bits): over the per-element bound, accepted in
+    // half precision only (its L2 error is small).
+    HostTensor drift = copy();
+    drift.set_f64(7, dt == DType::F16 ? -3.05 : -2.875);
+    EXPECT_EQ(compare_outputs(drift, want).has_value(), dt == DType::F32) << compare_outputs(drift, want).value_or("");
+    // A wrong program: values at other indexes (a transposed read), or one value off by
+    // more than a quarter of the largest magnitude, or NaN for a number, always fails.
+    HostTensor shifted = HostTensor::zeros(dt, n);
+    for (size_t k = 0; k < n; ++k) shifted.set_f64(k, want.get_f64((k + 1) % n));
+    EXPECT_TRUE(compare_outputs(shifted, want).has_value());
+    HostTensor spike = copy();
+    spike.set_f64(100, want.get_f64(100) + 4.0);
+    EXPECT_TRUE(compare_outputs(spike, want).has_value());
+    HostTensor nan = copy();
+    nan.set_f64(3, std::nan(""));
+    EXPECT_TRUE(compare_outputs(nan, want).has_value());
+    // Every value 15% too large (a wrong scale): no element past a quarter of the peak, but
+    // the L2 error gives it away in every dtype.
+    HostTensor scaled = copy();
+    for (size_t k = 0; k < n; ++k) scaled.set_f64(k, want.get_f64(k) * 1.15);
+    EXPECT_TRUE(compare_outputs(scaled, want).has_value());
+    // Small drift everywhere (0.5% of each value): within every dtype's bound but F32's.
+    HostTensor everywhere = copy();
+    for (size_t k = 0; k < n; ++k) everywhere.set_f64(k, want.get_f64(k) * 1.005);
+    EXPECT_EQ(compare_outputs(everywhere, want).has_value(), dt == DType::F32);
+  }
+}
