@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "luminal/dtype.hpp"
+
 namespace luminal {
 
 // An inclusive range of values of one dynamic dim, searched with `representative`.
@@ -89,12 +91,15 @@ struct CompileOptions {
 
 // Do a candidate's output and the reference program's agree, as the search and the
 // compile's verification judge it? nullopt when they do, else why not. NaN must meet NaN
-// and infinities match exactly. F32 and wider: every finite element within 1e-3 of its own
-// magnitude plus the tensor's mean magnitude (sums may be reassociated). BF16/F16: the
-// same per element (5e-2 / 2e-2), or else a relative L2 error within 2e-2 / 5e-3 with no
-// element off by more than a quarter of the tensor's largest magnitude (half-precision
-// chains drift per element; wrong programs are wrong by the values' size).
+// and infinities match exactly. Judged at the coarser of the output's dtype and
+// `computed_in` (the coarsest precision of the program that made it). F32 and wider: every
+// finite element within 1e-3 of its own magnitude plus the tensor's mean magnitude (sums
+// may be reassociated). BF16/F16: the same per element (5e-2 / 2e-2), or else a relative
+// L2 error within 2e-2 / 5e-3 with no element off by more than a quarter of the tensor's
+// largest magnitude (half-precision chains drift per element; wrong programs are wrong by
+// the values' size).
 struct HostTensor;
-std::optional<std::string> compare_outputs(const HostTensor& got, const HostTensor& want);
+std::optional<std::string> compare_outputs(const HostTensor& got, const HostTensor& want,
+                                           DType computed_in = DType::F32);
 
 }  // namespace luminal

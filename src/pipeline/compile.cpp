@@ -116,6 +116,19 @@ std::shared_ptr<SaturatedSegment> saturate_segment(const Graph& segment, const R
 }
 
 
+// The coarsest float precision a segment computes in (BF16, F16, else F32): an F32 output
+// computed from BF16 values carries their rounding, and is judged at it. Inputs do not
+// count: BF16 weights widened to F32 are stored in BF16, computed with in F32 exactly.
+DType segment_precision(const Graph& g) {
+  DType p = DType::F32;
+  for (const Node& n : g.nodes()) {
+    if (n.op == OpKind::Input) continue;
+    if (n.dtype == DType::BF16) return DType::BF16;
+    if (n.dtype == DType::F16) p = DType::F16;
+  }
+  return p;
+}
+
 // Runs candidates of one segment at one bucket on a single runtime whose inputs are set
 // once; remembers every program it has seen.
 class SegmentProfiler {
@@ -239,7 +252,7 @@ class SegmentProfiler {
         for (auto& [id, t] : outs)
           for (auto& [rid, rt] : reference_)
             if (rid == id && is_float(t.dtype))
-              if (auto why = compare_outputs(t, rt)) {
+              if (auto why = compare_outputs(t, rt, segment_precision(*seg_.graph))) {
                 e.rejection = search::Rejection::Mismatch;
                 e.detail = *why;
                 return e;
@@ -314,7 +327,7 @@ std::optional<std::string> verify_choice(const SaturatedSegment& seg, const Runt
         if (id != wid) continue;
         if (!is_float(t.dtype)) {
           if (t.to_i64() != w.to_i64()) return "output " + std::to_string(id) + " differs";
-        } else if (auto why = compare_outputs(t, w)) {
+        } else if (auto why = compare_outputs(t, w, segment_precision(*seg.graph))) {
           return "output " + std::to_string(id) + ", " + *why;
         }
       }
@@ -412,10 +425,14 @@ std::string program_cache_context(const Runtime& rt, const CompileOptions& o) {
 
 }  // namespace
 
-std::optional<std::string> compare_outputs(const HostTensor& got, const HostTensor& want) {
+std::optional<std::string> compare_outputs(const HostTensor& got, const HostTensor& want, DType computed_in) {
   if (got.numel() != want.numel()) return "different sizes";
-  const bool half = want.dtype == DType::BF16 || want.dtype == DType::F16;
-  const double rtol = want.dtype == DType::BF16 ? 5e-2 : want.dtype == DType::F16 ? 2e-2 : 1e-3;
+  // Judged at the coarser of the output's dtype and the precision it was computed in.
+  const DType dt = want.dtype == DType::BF16 || computed_in == DType::BF16  ? DType::BF16
+                   : want.dtype == DType::F16 || computed_in == DType::F16 ? DType::F16
+                                                                           : want.dtype;
+  const bool half = dt == DType::BF16 || dt == DType::F16;
+  const double rtol = dt == DType::BF16 ? 5e-2 : dt == DType::F16 ? 2e-2 : 1e-3;
   // The tensor's scale (mean magnitude of its finite values) joins each element's own: an
   // element that a reassociated sum cancels to near zero carries the rounding of the terms
   // it cancelled, not of its small result. A wrong value, sign, NaN or infinity still fails.
@@ -462,7 +479,7 @@ std::optional<std::string> compare_outputs(const HostTensor& got, const HostTens
     }
   }
   const double relative_l2 = std::sqrt(diff2 / std::max(want2, 1e-300));
-  const double l2_tol = want.dtype == DType::BF16 ? 2e-2 : 5e-3;
+  const double l2_tol = dt == DType::BF16 ? 2e-2 : 5e-3;
   if (relative_l2 <= l2_tol) return std::nullopt;
   std::ostringstream os;
   os << *first << "; relative L2 error " << relative_l2 << " over " << l2_tol;

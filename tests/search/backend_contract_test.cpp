@@ -332,5 +332,11 @@ TEST(CompareOutputs, HalfPrecisionDriftPassesAndWrongProgramsFail) {
     HostTensor everywhere = copy();
     for (size_t k = 0; k < n; ++k) everywhere.set_f64(k, want.get_f64(k) * 1.005);
     EXPECT_EQ(compare_outputs(everywhere, want).has_value(), dt == DType::F32);
+    // An F32 output of a program computing in BF16 (norm statistics after BF16 matmuls)
+    // carries BF16 rounding and is judged at it.
+    if (dt == DType::F32) {
+      EXPECT_FALSE(compare_outputs(drift, want, DType::BF16).has_value());
+      EXPECT_TRUE(compare_outputs(shifted, want, DType::BF16).has_value());
+    }
   }
 }
