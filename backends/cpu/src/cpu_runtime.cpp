@@ -162,10 +162,10 @@ struct ProgramPlan {
   std::vector<bool> is_state;          // by program node: an Input some Output updates
   // Outputs that read their producer whole (by Output node -> producer): the producer
   // writes straight into the tensor the user receives, so no copy out of the arena.
-  // That tensor is a spare (the previous run's result, recycled), so a failed run never
+  // That tensor is a spare (the result of the run before, recycled), so a failed run never
   // clobbers the result the user holds.
   std::unordered_map<NodeId, NodeId> direct_outputs;
-  std::unordered_map<NodeId, HostTensor> spare_outputs;  // by Output node
+  std::unordered_map<NodeId, HostTensor> spare_outputs;  // by Output node: every Output's recycled tensor
 };
 
 }  // namespace
@@ -505,10 +505,10 @@ void CpuRuntime::run(size_t slot, const DimMap& dims) {
           // An output that reads its producer whole: copied once, straight to the user's
           // tensor, instead of through the arena.
           HostTensor& t = read_out[step.node];
-          // Reuse the previous run's tensor of this output (ours: get_tensor hands out
-          // copies): assigning into its capacity avoids a fresh, page-faulting allocation.
-          if (p.external_ids[step.node] != kNoNode)
-            if (auto old = s.data.find(p.external_ids[step.node]); old != s.data.end()) t = std::move(old->second);
+          // The spare (the run before last's tensor of this output; get_tensor hands out
+          // copies): assigning into its capacity avoids a fresh, page-faulting allocation,
+          // and the result the user holds stays whole if this run fails.
+          t = std::move(p.spare_outputs[step.node]);
           t.dtype = n.dtype;
           t.shape.clear();
           const std::byte* src = ptr[n.inputs[0].node];
@@ -608,19 +608,21 @@ void CpuRuntime::run(size_t slot, const DimMap& dims) {
     const Node& n = g.node(i);
     if (n.op != OpKind::Output) continue;
     if (p.in_place_output[i] && p.external_ids[i] == kNoNode) continue;  // already in its state
-    HostTensor t;  // one copy out of the arena (no zero fill first)
+    HostTensor t;
     if (p.direct_outputs.count(i)) {
       t = std::move(p.spare_outputs[i]);
     } else if (auto it = read_out.find(i); it != read_out.end()) {
       t = std::move(it->second);
-    } else {
+    } else {  // one copy out of the arena (into the spare's capacity, no zero fill first)
+      t = std::move(p.spare_outputs[i]);
       t.dtype = n.dtype;
+      t.shape.clear();
       t.bytes.assign(ptr[i], ptr[i] + static_cast<size_t>(product(n.shape).eval(dims)) * dtype_bytes(n.dtype));
     }
     if (n.updates != kNoNode && !p.in_place_output[i]) results.emplace_back(p.external_ids[n.updates], t);
     if (p.external_ids[i] != kNoNode) {
       // The result it replaces becomes the spare the next run writes into.
-      if (auto old = s.data.find(p.external_ids[i]); old != s.data.end() && p.direct_outputs.count(i))
+      if (auto old = s.data.find(p.external_ids[i]); old != s.data.end())
         p.spare_outputs[i] = std::move(old->second);
       results.emplace_back(p.external_ids[i], std::move(t));
     }
