@@ -653,7 +653,7 @@ class Emitter {
   // Kernels compile with -ffp-contract=off (no FMA changes a rounding of the region's own
   // arithmetic), except in one shape: a Horner step of an F32 polynomial with constant
   // coefficients, `p*x + c` where c is a constant and p is a constant or another such step
-  // (erf's and tanh's fits, exp's argument scaling). Fused, the step is rounded once
+  // (erf's fits; affine maps such as tanh's 1 - e, exact either way). Fused, the step is rounded once
   // instead of twice: within half an ulp of p*x of the unfused value, which any consumer of
   // a fitted polynomial already tolerates (its fit error is larger). Coefficients are
   // bounded (|c| < 2^64), so a product that overflows also overflows fused: +-inf, NaN and

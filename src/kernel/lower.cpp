@@ -118,7 +118,9 @@ class Lowerer {
     for (NodeId i = 0; i < g_.size(); ++i) {
       canon_[i] = i;
       const Node& n = g_.node(i);
-      if (n.op == OpKind::Input || n.op == OpKind::Output || n.op == OpKind::CustomOp || n.op == OpKind::Scatter) continue;
+      if (n.op == OpKind::Input || n.op == OpKind::Output || n.op == OpKind::CustomOp || n.op == OpKind::BackendOp ||
+          n.op == OpKind::Scatter)
+        continue;
       bool inputs_first = true;
       for (const auto& in : n.inputs) inputs_first = inputs_first && in.node < i;
       if (!inputs_first) continue;
