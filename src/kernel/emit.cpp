@@ -8,6 +8,8 @@
 #include <cstdint>
 #include <cstdio>
 #include <functional>
+#include <map>
+#include <set>
 #include <sstream>
 
 #include "luminal/error.hpp"
@@ -50,9 +52,10 @@ LM_FN float lm_exp2f(float x) {
   p = LM_FMAF(p, f, 0.6931471824645996f);
   p = LM_FMAF(p, f, 1.0f);
   /* 2^n as two normal factors 2^(n/2), so the only rounding of a subnormal or overflowing
-     result is the last product's. */
+     result is the last product's (n >> 1 is floor(n/2), one shift where n / 2 needs three
+     instructions; n1, n2 in [-76, 65], so both factors and p * 2^n1 are normal). */
   const int n = (int)(LM_F2U(t) - LM_F2U(shifter));
-  const int n1 = n / 2, n2 = n - n1;
+  const int n1 = n >> 1, n2 = n - n1;
   return p * LM_U2F((unsigned)(n1 + 127) << 23) * LM_U2F((unsigned)(n2 + 127) << 23);
 }
 LM_FN float lm_log2f(float x) {
@@ -471,7 +474,11 @@ class Emitter {
         if (s.args.size() == 3) line(decl + val(s.args[0]) + " ? " + val(s.args[1]) + " : " + val(s.args[2]) + ";");
         else line(decl + "(" + expr(s.index) + ") ? " + val(s.args[0]) + " : " + zero(s.dtype) + ";");
         return;
-      case StmtKind::Alu: line(decl + alu(s) + ";"); return;
+      case StmtKind::Alu: {
+        std::string fused = horner_step(s);
+        line(decl + (fused.empty() ? alu(s) : fused) + ";");
+        return;
+      }
       case StmtKind::Bound: {
         line("long long " + v + " = (long long)" + val(s.args[0]) + ";");
         std::string bad = v + " < 0 || " + v + " >= " + expr(s.index);
@@ -635,9 +642,50 @@ class Emitter {
       if (s.value >= 0) {
         if (types_.size() <= static_cast<size_t>(s.value)) types_.resize(static_cast<size_t>(s.value) + 1, DType::F32);
         types_[static_cast<size_t>(s.value)] = s.dtype;
+        defs_[s.value] = &s;
       }
+      for (int a : s.args) ++uses_[a];
       collect_types(s.body);
     }
+  }
+
+  // ---- polynomials: a*b + c as one fused multiply-add ----
+  // Kernels compile with -ffp-contract=off (no FMA changes a rounding of the region's own
+  // arithmetic), except in one shape: a Horner step of an F32 polynomial with constant
+  // coefficients, `p*x + c` where c is a constant and p is a constant or another such step
+  // (erf's fits; affine maps such as tanh's 1 - e, exact either way). Fused, the step is rounded once
+  // instead of twice: within half an ulp of p*x of the unfused value, which any consumer of
+  // a fitted polynomial already tolerates (its fit error is larger). Coefficients are
+  // bounded (|c| < 2^64), so a product that overflows also overflows fused: +-inf, NaN and
+  // signed zeros come out as unfused. Both the Mul and the Add must be F32, and the Mul's
+  // only use is this Add.
+  static constexpr double kMaxCoefficient = 18446744073709551616.0;  // 2^64
+  const Stmt* def(int v) const {
+    auto it = defs_.find(v);
+    return it == defs_.end() ? nullptr : it->second;
+  }
+  bool is_coefficient(int v) const {
+    const Stmt* d = def(v);
+    if (d == nullptr || d->dtype != DType::F32) return false;
+    if (d->kind == StmtKind::Constant) return std::isfinite(d->constant) && std::abs(d->constant) < kMaxCoefficient;
+    return horner_.count(v) > 0;
+  }
+  // The FMA spelling of an Add statement, or "" when it is not a Horner step.
+  std::string horner_step(const Stmt& add) {
+    if (d_.cuda || add.op != OpKind::Add || add.dtype != DType::F32 || add.args.size() != 2) return "";
+    for (int k = 0; k < 2; ++k) {
+      const Stmt* mul = def(add.args[static_cast<size_t>(k)]);
+      const int c = add.args[static_cast<size_t>(1 - k)];
+      const Stmt* cd = def(c);
+      if (mul == nullptr || mul->kind != StmtKind::Alu || mul->op != OpKind::Mul || mul->dtype != DType::F32 ||
+          uses_[mul->value] != 1 || cd == nullptr || cd->kind != StmtKind::Constant || !is_coefficient(c))
+        continue;
+      if (!is_coefficient(mul->args[0]) && !is_coefficient(mul->args[1])) continue;
+      if (type_of(mul->args[0]) != DType::F32 || type_of(mul->args[1]) != DType::F32) continue;
+      horner_.insert(add.value);
+      return "LM_FMAF(" + val(mul->args[0]) + ", " + val(mul->args[1]) + ", " + val(c) + ")";
+    }
+    return "";
   }
 
   void line(const std::string& text) { os_ << std::string(static_cast<size_t>(indent_) * 2, ' ') << text << "\n"; }
@@ -655,6 +703,9 @@ class Emitter {
   std::string name_;
   std::ostringstream os_;
   std::vector<DType> types_;
+  std::map<int, const Stmt*> defs_;  // value -> its defining statement
+  std::map<int, int> uses_;          // value -> statements reading it
+  std::set<int> horner_;             // Adds emitted as a Horner step
   int indent_ = 1;
   bool top_level_ = false;
 };

@@ -9,6 +9,7 @@
 // that several rows would recompute, is refused; `lower` then tries the next
 // row/column split of the output and gives up when none works.
 #include <algorithm>
+#include <bit>
 #include <map>
 #include <set>
 #include <sstream>
@@ -39,6 +40,7 @@ class Lowerer {
     int k = 0;
     for (NodeId i : g.inputs()) slot_[i] = k++;
     output_slot_ = k;
+    find_duplicates();
   }
 
   // Lower the whole output as one phase: per row, per col, store.
@@ -105,6 +107,41 @@ class Lowerer {
   const std::vector<BoundSite>& sites() const { return sites_; }
 
  private:
+  // Structurally identical nodes compute one value: an extracted program can hold several
+  // copies of a subexpression (softmax's max, once per consumer; layer norm's mean, three
+  // times), and fused into one region each copy would be its own loop over the row. Values
+  // are memoised under the first copy (canon_), so every copy is computed once. Nodes are
+  // in creation order, so inputs come first; Inputs are distinct buffers and never merge.
+  void find_duplicates() {
+    canon_.resize(g_.size());
+    std::map<OpKind, std::vector<NodeId>> by_op;
+    for (NodeId i = 0; i < g_.size(); ++i) {
+      canon_[i] = i;
+      const Node& n = g_.node(i);
+      if (n.op == OpKind::Input || n.op == OpKind::Output || n.op == OpKind::CustomOp || n.op == OpKind::BackendOp ||
+          n.op == OpKind::Scatter)
+        continue;
+      bool inputs_first = true;
+      for (const auto& in : n.inputs) inputs_first = inputs_first && in.node < i;
+      if (!inputs_first) continue;
+      auto& same_op = by_op[n.op];
+      for (NodeId j : same_op)
+        if (same_value(g_.node(j), n)) {
+          canon_[i] = j;
+          break;
+        }
+      if (canon_[i] == i) same_op.push_back(i);
+    }
+  }
+  bool same_value(const Node& a, const Node& b) const {
+    if (a.dtype != b.dtype || a.shape != b.shape || a.axis != b.axis || !(a.iota_expr == b.iota_expr) ||
+        std::bit_cast<uint64_t>(a.constant) != std::bit_cast<uint64_t>(b.constant) || a.inputs.size() != b.inputs.size())
+      return false;
+    for (size_t k = 0; k < a.inputs.size(); ++k)
+      if (canon_[a.inputs[k].node] != canon_[b.inputs[k].node] || !(a.inputs[k].view == b.inputs[k].view)) return false;
+    return true;
+  }
+
   using Key = std::tuple<NodeId, Expression, Expression>;
   struct Block {
     std::string var;  // the loop variable this block iterates
@@ -453,6 +490,7 @@ class Lowerer {
   }
 
   int value_at(NodeId id, const Expression& idx, const Expression& guard) {
+    id = canon_[id];
     const Node& n = g_.node(id);
     if (n.op == OpKind::SumReduce || n.op == OpKind::MaxReduce) return reduce_at(id, idx, guard);
     Key key{id, idx, guard};
@@ -626,6 +664,7 @@ class Lowerer {
   }
 
   int reduce_at(NodeId id, Expression idx, Expression guard) {
+    id = canon_[id];
     const Node& n = g_.node(id);
     // Drop loop variables the index only seems to use, innermost first.
     for (size_t b = blocks_.size(); b-- > 1;) {
@@ -677,6 +716,7 @@ class Lowerer {
   std::vector<DType> scratch_;
   std::vector<DimMap> samples_;
   std::map<NodeId, int> slot_;
+  std::vector<NodeId> canon_;  // the first structurally identical node
   int output_slot_ = 0;
   std::vector<Block> blocks_;
   std::map<std::string, size_t> var_depth_;

@@ -1,5 +1,7 @@
 // Fused regions (elementwise chains, softmax, RMSNorm, layer norm, mean/var, gather +
 // elementwise, matmul), the fuse API, what lowering refuses, determinism and the text form.
+#include <optional>
+
 #include "harness.hpp"
 
 namespace luminal::kernel::testing {
@@ -111,6 +113,126 @@ TEST(KernelFused, SoftmaxIsThreePassesPerRow) {
   };
   EXPECT_EQ(count_reduces(p.row_body, count_reduces), 2);  // max, then sum (max not recomputed inside it)
   EXPECT_EQ(count_reduces(p.col_body, count_reduces), 0);
+}
+
+int count_stmts(const std::vector<Stmt>& stmts, StmtKind kind, std::optional<OpKind> op = std::nullopt) {
+  int n = 0;
+  for (const auto& s : stmts) n += (s.kind == kind && (!op || s.op == *op)) + count_stmts(s.body, kind, op);
+  return n;
+}
+
+// Structurally identical nodes compute one value: an extracted program can hold several
+// copies of a reduction (softmax's max once per consumer, layer norm's mean three times),
+// and each copy used to be its own pass over the row. Nodes that differ only in a
+// constant's bits (0.0 and -0.0), a view or an axis stay apart.
+TEST(KernelFused, IdenticalNodesAreComputedOnce) {
+  {
+    Graph cx;  // softmax built with two copies of the max and of exp(x - max)
+    auto x = cx.tensor({kSeq, 13});
+    auto e1 = (x - x.max({1}, true)).exp();
+    auto e2 = (x - x.max({1}, true)).exp();
+    (e1 / e2.sum({1}, true)).output();
+    auto k = lower(Region{cx});
+    ASSERT_TRUE(k);
+    const Phase& p = k->phases[0];
+    EXPECT_EQ(count_stmts(p.row_body, StmtKind::Reduce), 2);  // one max, one sum
+    EXPECT_EQ(count_stmts(p.col_body, StmtKind::Alu, OpKind::Exp2), 0);  // exp read back from the row scratch
+    EXPECT_EQ(count_stmts(p.col_body, StmtKind::Unstash), 1);
+  }
+  {
+    Graph cx;  // three copies of one mean
+    auto x = cx.tensor({kSeq, 10});
+    ((x - x.mean({1}, true)) * (x - x.mean({1}, true)) + x.mean({1}, true)).output();
+    auto k = lower(Region{cx});
+    ASSERT_TRUE(k);
+    EXPECT_EQ(count_stmts(k->phases[0].row_body, StmtKind::Reduce), 1);
+  }
+  {
+    Graph cx;  // max and sum of one row, and a max over another view: three reductions
+    auto x = cx.tensor({kSeq, 6});
+    (x - (x.max({1}, true) + x.sum({1}, true) + x.flip({1}).max({1}, true) * 2.0)).output();
+    auto k = lower(Region{cx});
+    ASSERT_TRUE(k);
+    EXPECT_EQ(count_stmts(k->phases[0].row_body, StmtKind::Reduce), 3);
+  }
+  Batch batch;
+  {
+    Graph cx;
+    auto x = cx.tensor({kSeq, 13});
+    auto e1 = (x - x.max({1}, true)).exp();
+    auto e2 = (x - x.max({1}, true)).exp();
+    (e1 / e2.sum({1}, true)).output();
+    batch.add("softmax from duplicated nodes", Region{cx}, kSeqDims);
+  }
+  {
+    Graph cx;  // copies that must stay apart: constants that differ in sign only (merged: NaN, not inf)
+    auto x = cx.tensor({kSeq, 5});
+    ((x * 0.0).reciprocal() - (x * -0.0).reciprocal()).output();
+    batch.add("near-duplicates: signed zeros", Region{cx}, kSeqDims);
+  }
+  {
+    Graph cx;  // ... or in value (merged: 0)
+    auto x = cx.tensor({kSeq, 5});
+    ((x * 2.0).exp2() - (x * 3.0).exp2()).output();
+    batch.add("near-duplicates: constants", Region{cx}, kSeqDims);
+  }
+  batch.run(test_compiler());
+}
+
+// -ffp-contract=off, except for Horner steps with constant coefficients: p*x + c with c a
+// constant and p a constant or another such step is one fused multiply-add. Nothing else
+// fuses, and special values come out as the reference computes them.
+TEST(KernelFused, OnlyPolynomialStepsUseFusedMultiplyAdd) {
+  auto fused_steps = [](const Graph& g) {
+    auto k = lower(Region{g});
+    EXPECT_TRUE(k);
+    if (!k) return -1;
+    std::string src = emit_cpp(*k, "k");
+    src = src.substr(src.find("extern \"C\" void k("));  // the body (the helpers use LM_FMAF too)
+    int n = 0;
+    for (size_t at = src.find("LM_FMAF("); at != std::string::npos; at = src.find("LM_FMAF(", at + 1)) ++n;
+    return n;
+  };
+  Batch batch;
+  const std::vector<DimMap> dims = {{{"seq", 4}}};
+  auto near_overflow = [](size_t input, DType dt, size_t n, std::mt19937& rng) {
+    HostTensor t = random_tensor(dt, n, rng);
+    const double edge[] = {3.0e20, 3.4028e20, 3.5e20, -3.5e20, 1e-40, -1e-45, 1e30, -0.0};
+    if (input == 0)
+      for (size_t i = 0; i < n; i += 3) t.set_f64(i, edge[(i / 3) % 8]);
+    return t;
+  };
+  {
+    Graph cx;  // a cubic in Horner form: three fused steps
+    auto x = cx.tensor({kSeq, 7});
+    (((x * 0.25 + 1.5) * x + -2.0) * x + 0.125).output();
+    EXPECT_EQ(fused_steps(cx), 3);
+    batch.add("cubic", Region{cx}, dims, near_overflow);
+  }
+  {
+    Graph cx;  // coefficient 1e18 (below the 2^64 bound): products near FLT_MAX overflow fused or not
+    auto x = cx.tensor({kSeq, 7});
+    (x * 1e18 + 1.0).output();
+    EXPECT_EQ(fused_steps(cx), 1);
+    batch.add("affine near overflow", Region{cx}, dims, near_overflow);
+  }
+  {
+    Graph cx;  // not polynomials with constant coefficients (or one past 2^64): unfused
+    auto x = cx.tensor({kSeq, 7});
+    auto y = cx.tensor({kSeq, 7});
+    ((x * y + 1.0) + (x * 3.0 + y) + (x * 2.0 + 1e30) + (x * 1e30 + 2.0) + (x * x) * 0.5).output();
+    EXPECT_EQ(fused_steps(cx), 0);
+    batch.add("products that stay unfused", Region{cx}, dims, near_overflow);
+  }
+  {
+    Graph cx;  // a step whose product is used twice keeps it rounded once for both
+    auto x = cx.tensor({kSeq, 7});
+    auto m = x * 0.75;
+    ((m + 1.0) * m).output();
+    EXPECT_EQ(fused_steps(cx), 0);
+    batch.add("shared product", Region{cx}, dims, near_overflow);
+  }
+  batch.run(test_compiler());
 }
 
 TEST(KernelFused, RefusesReductionsThatWouldBeRecomputed) {

@@ -160,6 +160,12 @@ struct ProgramPlan {
   std::vector<kernel::InPlaceUpdate> in_place;
   std::vector<char> in_place_output;  // per node: an update Output made void
   std::vector<bool> is_state;          // by program node: an Input some Output updates
+  // Outputs that read their producer whole (by Output node -> producer): the producer
+  // writes straight into the tensor the user receives, so no copy out of the arena.
+  // That tensor is a spare (the result of the run before, recycled), so a failed run never
+  // clobbers the result the user holds.
+  std::unordered_map<NodeId, NodeId> direct_outputs;
+  std::unordered_map<NodeId, HostTensor> spare_outputs;  // by Output node: every Output's recycled tensor
 };
 
 }  // namespace
@@ -339,6 +345,19 @@ void CpuRuntime::load_program(size_t slot, const Graph& program, std::vector<Nod
   }
   p.in_place_output.assign(p.graph.size(), 0);
   for (const auto& u : p.in_place) p.in_place_output[u.output] = 1;
+  std::vector<char> claimed(p.graph.size(), 0);
+  for (const auto& u : p.in_place) claimed[u.scatter] = 1;
+  for (NodeId i = 0; i < p.graph.size(); ++i) {
+    const Node& n = p.graph.node(i);
+    if (n.op != OpKind::Output || p.in_place_output[i]) continue;
+    const NodeId src = n.inputs[0].node;
+    const Node& producer = p.graph.node(src);
+    if (producer.op == OpKind::Input || producer.op == OpKind::Output || claimed[src] || producer.dtype != n.dtype ||
+        !n.inputs[0].view.is_contiguous() || n.inputs[0].view.shape() != producer.shape)
+      continue;
+    claimed[src] = 1;
+    p.direct_outputs[i] = src;
+  }
   s.slots[slot] = std::move(p);
 }
 
@@ -413,6 +432,13 @@ void CpuRuntime::run(size_t slot, const DimMap& dims) {
   for (NodeId i = 0; i < g.size(); ++i)
     if (needs_buffer(i)) ptr[i] = s.arena.data() + arena.offsets[i];
   for (const auto& u : p.in_place) ptr[u.scatter] = ptr[u.output] = ptr[u.state];
+  for (const auto& [out, src] : p.direct_outputs) {
+    HostTensor& t = p.spare_outputs[out];
+    t.dtype = g.node(out).dtype;
+    t.shape.clear();
+    t.bytes.resize(static_cast<size_t>(product(g.node(out).shape).eval(dims)) * dtype_bytes(t.dtype));
+    ptr[src] = t.bytes.data();
+  }
 
   ThreadPool& pool = ThreadPool::global();
   std::vector<int64_t> dim_values;
@@ -468,15 +494,16 @@ void CpuRuntime::run(size_t slot, const DimMap& dims) {
     switch (step.kind) {
       case StepKind::Kernel:
         if (p.in_place_output[step.node]) break;  // the scatter wrote the state in place
+        if (p.direct_outputs.count(step.node)) break;  // its producer wrote the user's tensor
         if (n.op == OpKind::Output && n.inputs[0].view.is_contiguous() &&
             n.inputs[0].view.shape() == g.node(n.inputs[0].node).shape && g.node(n.inputs[0].node).dtype == n.dtype) {
           // An output that reads its producer whole: copied once, straight to the user's
           // tensor, instead of through the arena.
           HostTensor& t = read_out[step.node];
-          // Reuse the previous run's tensor of this output (ours: get_tensor hands out
-          // copies): assigning into its capacity avoids a fresh, page-faulting allocation.
-          if (p.external_ids[step.node] != kNoNode)
-            if (auto old = s.data.find(p.external_ids[step.node]); old != s.data.end()) t = std::move(old->second);
+          // The spare (the run before last's tensor of this output; get_tensor hands out
+          // copies): assigning into its capacity avoids a fresh, page-faulting allocation,
+          // and the result the user holds stays whole if this run fails.
+          t = std::move(p.spare_outputs[step.node]);
           t.dtype = n.dtype;
           t.shape.clear();
           const std::byte* src = ptr[n.inputs[0].node];
@@ -576,15 +603,24 @@ void CpuRuntime::run(size_t slot, const DimMap& dims) {
     const Node& n = g.node(i);
     if (n.op != OpKind::Output) continue;
     if (p.in_place_output[i] && p.external_ids[i] == kNoNode) continue;  // already in its state
-    HostTensor t;  // one copy out of the arena (no zero fill first)
-    if (auto it = read_out.find(i); it != read_out.end()) {
+    HostTensor t;
+    if (p.direct_outputs.count(i)) {
+      t = std::move(p.spare_outputs[i]);
+    } else if (auto it = read_out.find(i); it != read_out.end()) {
       t = std::move(it->second);
-    } else {
+    } else {  // one copy out of the arena (into the spare's capacity, no zero fill first)
+      t = std::move(p.spare_outputs[i]);
       t.dtype = n.dtype;
+      t.shape.clear();
       t.bytes.assign(ptr[i], ptr[i] + static_cast<size_t>(product(n.shape).eval(dims)) * dtype_bytes(n.dtype));
     }
     if (n.updates != kNoNode && !p.in_place_output[i]) results.emplace_back(p.external_ids[n.updates], t);
-    if (p.external_ids[i] != kNoNode) results.emplace_back(p.external_ids[i], std::move(t));
+    if (p.external_ids[i] != kNoNode) {
+      // The result it replaces becomes the spare the next run writes into.
+      if (auto old = s.data.find(p.external_ids[i]); old != s.data.end())
+        p.spare_outputs[i] = std::move(old->second);
+      results.emplace_back(p.external_ids[i], std::move(t));
+    }
   }
   for (NodeId i = 0; i < g.size(); ++i)
     if (g.node(i).op == OpKind::Input && !g.node(i).persist) s.data.erase(p.external_ids[i]);
