@@ -33,6 +33,8 @@ inline constexpr DType kAllDTypes[] = {
 size_t dtype_bytes(DType dt);
 bool is_float(DType dt);
 bool is_signed(DType dt);
+// F16 or BF16: the half-precision floats (stored narrow, computed with in F32 where exact).
+inline constexpr bool is_half_float(DType dt) { return dt == DType::F16 || dt == DType::BF16; }
 std::string_view dtype_name(DType dt);        // "F32"
 std::string_view dtype_c_name(DType dt);      // "float"
 std::string_view dtype_torch_name(DType dt);  // "float32"

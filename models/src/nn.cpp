@@ -27,7 +27,6 @@ GraphTensor parameter(Graph& g, const std::string& name, const Shape& shape, DTy
 
 GraphTensor as_f32(const GraphTensor& w) { return w.cast(DType::F32); }
 
-bool is_half(DType dtype) { return dtype == DType::F16 || dtype == DType::BF16; }
 
 Linear::Linear(Graph& g, const std::string& prefix, int64_t in_features, int64_t out_features, bool with_bias,
                DType weight_dtype, DType bias_dtype)
@@ -44,7 +43,7 @@ RMSNorm::RMSNorm(Graph& g, const std::string& prefix, int64_t dim, double eps_, 
     : weight(parameter(g, prefix + ".weight", {dim}, weight_dtype)), eps(eps_), unit_offset(unit_offset_) {}
 
 GraphTensor RMSNorm::operator()(const GraphTensor& x) const {
-  if (is_half(x.dtype())) {
+  if (is_half_float(x.dtype())) {
     // transformers: the statistics in float32 (a sum of squares overflows F16).
     GraphTensor normed = x.cast(DType::F32).rms_norm(1, std::nullopt, eps);
     // Gemma: (x * (1 + w.float())).type_as(x); Llama/Qwen: w * x.to(input_dtype).
@@ -133,7 +132,7 @@ GraphTensor RotaryEmbedding::apply(const GraphTensor& x, const Rotary& r) {
 KVCache::KVCache(Graph& g, const std::string& prefix, int64_t max_seq_, int64_t kv_heads_, int64_t head_dim_,
                  DType dtype)
     : max_seq(max_seq_), kv_heads(kv_heads_), head_dim(head_dim_) {
-  LUMINAL_CHECK(dtype == DType::F32 || is_half(dtype), "KV cache '", prefix, "': F32, F16 or BF16, not ",
+  LUMINAL_CHECK(dtype == DType::F32 || is_half_float(dtype), "KV cache '", prefix, "': F32, F16 or BF16, not ",
                 dtype_name(dtype));
   k = g.named_tensor(prefix + ".k", {max_seq, kv_heads, head_dim}, dtype).persist();
   v = g.named_tensor(prefix + ".v", {max_seq, kv_heads, head_dim}, dtype).persist();
@@ -173,7 +172,7 @@ GraphTensor softcap(const GraphTensor& x, double cap) {
   // F16/BF16: tanh in F32, rounded once (torch's kernel); the division and product stay
   // in x's dtype, as transformers writes them.
   const GraphTensor scaled = x / cap;
-  return (is_half(x.dtype()) ? scaled.cast(DType::F32).tanh().cast(x.dtype()) : scaled.tanh()) * cap;
+  return (is_half_float(x.dtype()) ? scaled.cast(DType::F32).tanh().cast(x.dtype()) : scaled.tanh()) * cap;
 }
 
 GraphTensor gqa_attention(const GraphTensor& q, const GraphTensor& k, const GraphTensor& v,
@@ -221,7 +220,7 @@ Activation parse_activation(const std::string& name, const std::string& option) 
 GraphTensor activate(const GraphTensor& x, Activation act) {
   // torch computes these in float and rounds once; composing them in F16/BF16 would
   // round every intermediate.
-  if (is_half(x.dtype())) return activate(x.cast(DType::F32), act).cast(x.dtype());
+  if (is_half_float(x.dtype())) return activate(x.cast(DType::F32), act).cast(x.dtype());
   switch (act) {
     case Activation::SiLU: return x.silu();
     case Activation::GeluTanh: return x.gelu_tanh();

@@ -309,7 +309,7 @@ DType checkpoint_matrix_dtype(const std::string& dir) {
       found = entry.dtype;
     }
   }
-  return found && (*found == DType::F16 || *found == DType::BF16) ? *found : DType::F32;
+  return found && is_half_float(*found) ? *found : DType::F32;
 }
 
 CausalLM CausalLM::from_pretrained(const std::string& dir, const ModelOptions& options) {
@@ -325,7 +325,7 @@ CausalLM CausalLM::from_pretrained(const std::string& dir, const ModelOptions& o
       }
   }
   // A half compute dtype holds every weight in itself (build); F32 keeps the checkpoint's.
-  if (options.keep_weight_dtype && !nn::is_half(options.compute_dtype))
+  if (options.keep_weight_dtype && !is_half_float(options.compute_dtype))
     config.weight_dtype = checkpoint_matrix_dtype(dir);
   CausalLM m = build(config, options);
   m.dir_ = dir;
@@ -333,12 +333,12 @@ CausalLM CausalLM::from_pretrained(const std::string& dir, const ModelOptions& o
 }
 
 CausalLM CausalLM::build(const TransformerConfig& config, const ModelOptions& options) {
-  LUMINAL_CHECK(options.compute_dtype == DType::F32 || nn::is_half(options.compute_dtype),
+  LUMINAL_CHECK(options.compute_dtype == DType::F32 || is_half_float(options.compute_dtype),
                 "ModelOptions::compute_dtype must be F32, BF16 or F16, got ", dtype_name(options.compute_dtype));
   CausalLM m;
   m.config_ = config;
   m.config_.compute_dtype = options.compute_dtype;
-  if (nn::is_half(options.compute_dtype)) m.config_.weight_dtype = options.compute_dtype;
+  if (is_half_float(options.compute_dtype)) m.config_.weight_dtype = options.compute_dtype;
   m.graph_ = std::make_unique<Graph>();
   m.all_logits_ = options.all_logits;
   const TransformerConfig& c = m.config_;

@@ -11,7 +11,7 @@ namespace luminal::models::detail {
 // The dtype of norm weights and biases: F32, or the compute dtype when it is F16/BF16
 // (transformers holds every parameter in torch_dtype).
 inline DType param_dtype(const TransformerConfig& c) {
-  return nn::is_half(c.compute_dtype) ? c.compute_dtype : DType::F32;
+  return is_half_float(c.compute_dtype) ? c.compute_dtype : DType::F32;
 }
 
 // What one decoder layer needs to build itself.

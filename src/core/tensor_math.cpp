@@ -9,7 +9,6 @@ namespace luminal {
 using namespace detail;
 
 namespace {
-bool is_half(DType dt) { return dt == DType::F16 || dt == DType::BF16; }
 }  // namespace
 
 GraphTensor GraphTensor::exp2() const {
@@ -60,7 +59,7 @@ GraphTensor GraphTensor::exp() const {
   // exp(x) = 2^(x * log2 e); in F16/BF16 the rounded product would cost exp up to
   // |x| * 2^-8 relative error, so the half types go through F32 as torch does.
   GraphTensor x = to_float(*this);
-  if (is_half(x.dtype())) return x.cast(DType::F32).exp().cast(x.dtype());
+  if (is_half_float(x.dtype())) return x.cast(DType::F32).exp().cast(x.dtype());
   return (x * std::numbers::log2e).exp2();
 }
 
@@ -153,7 +152,7 @@ GraphTensor GraphTensor::erf() const {
   // within 1e-7 of erf everywhere. (The previous form, 1 - 2^Q(|x|), cost an exp2 and a
   // degree-7 polynomial on that side: about twice the operations.)
   // F16/BF16 compute in F32, as exp does.
-  if (is_half(x.dtype())) return x.cast(DType::F32).erf().cast(x.dtype());
+  if (is_half_float(x.dtype())) return x.cast(DType::F32).erf().cast(x.dtype());
   GraphTensor w = x * x;
   const double p[] = {1.1283791224975583, -0.37612326190138823, 0.11280180114720897, -0.026711311050005154,
                       0.004917550876076912, -0.0005631419253374903};

@@ -151,7 +151,7 @@ GraphTensor pool(const GraphTensor& x_in, const std::vector<int>& kernel, const 
     // Max pooling pads with the dtype's lowest value (-inf for floats), as PyTorch. Averages
     // of F16/BF16 accumulate in F32.
     DType out_dtype = is_max ? x0.dtype() : to_float(x0).dtype();
-    GraphTensor x = is_max ? x0 : (out_dtype == DType::F16 || out_dtype == DType::BF16 ? x0.cast(DType::F32) : to_float(x0));
+    GraphTensor x = is_max ? x0 : (is_half_float(out_dtype) ? x0.cast(DType::F32) : to_float(x0));
     GraphTensor win = sliding_windows(x, w, is_max ? lowest(x.dtype()) : 0, op);  // (N, O.., C, K..)
     std::vector<int> kernel_axes, perm = {0, static_cast<int>(s + 1)};
     for (size_t i = 0; i < s; ++i) {

@@ -8,7 +8,6 @@ using namespace detail;
 
 namespace {
 // F16/BF16 statistics accumulate in F32 (as torch does): a sum of squares overflows F16 at 65504.
-bool is_half(DType dt) { return dt == DType::F16 || dt == DType::BF16; }
 
 // Apply a single-axis reduction to each axis, highest first so indices stay valid,
 // then restore size-1 dims when keepdim.
@@ -60,7 +59,7 @@ GraphTensor GraphTensor::min(std::vector<int> axes, bool keepdim) const {
 GraphTensor GraphTensor::mean(std::vector<int> axes, bool keepdim) const {
   UserOpScope user_op("mean");
   LUMINAL_CHECK(is_float(dtype_), "mean: needs a float tensor, got ", dtype_name(dtype_));
-  if (is_half(dtype_)) return cast(DType::F32).mean(std::move(axes), keepdim).cast(dtype_);
+  if (is_half_float(dtype_)) return cast(DType::F32).mean(std::move(axes), keepdim).cast(dtype_);
   Expression n = count(*this, axes);
   GraphTensor s = sum(axes, keepdim);
   return s / expr_scalar(*graph_, n).cast(dtype_);
@@ -93,7 +92,7 @@ GraphTensor GraphTensor::prod(std::vector<int> axes, bool keepdim) const {
 GraphTensor GraphTensor::var(std::vector<int> axes, bool keepdim, int correction) const {
   UserOpScope user_op("var");
   GraphTensor x = to_float(*this);
-  if (is_half(x.dtype())) return x.cast(DType::F32).var(std::move(axes), keepdim, correction).cast(x.dtype());
+  if (is_half_float(x.dtype())) return x.cast(DType::F32).var(std::move(axes), keepdim, correction).cast(x.dtype());
   GraphTensor centered = x - x.mean(axes, true);
   Expression n = count(x, axes);
   GraphTensor ss = (centered * centered).sum(axes, keepdim);
@@ -102,7 +101,7 @@ GraphTensor GraphTensor::var(std::vector<int> axes, bool keepdim, int correction
 
 GraphTensor GraphTensor::std(std::vector<int> axes, bool keepdim, int correction) const {
   UserOpScope user_op("std");
-  if (is_half(dtype_)) return cast(DType::F32).std(std::move(axes), keepdim, correction).cast(dtype_);  // var may overflow F16
+  if (is_half_float(dtype_)) return cast(DType::F32).std(std::move(axes), keepdim, correction).cast(dtype_);  // var may overflow F16
   return var(std::move(axes), keepdim, correction).sqrt();
 }
 
@@ -191,7 +190,7 @@ GraphTensor GraphTensor::layer_norm(size_t normalized_rank, const std::optional<
   std::vector<int> axes;
   for (size_t i = rank() - normalized_rank; i < rank(); ++i) axes.push_back(static_cast<int>(i));
   GraphTensor x = to_float(*this);
-  if (is_half(x.dtype())) {
+  if (is_half_float(x.dtype())) {
     DType dt = x.dtype();
     auto up = [](const std::optional<GraphTensor>& t) {
       return t ? std::optional<GraphTensor>(t->cast(DType::F32)) : std::nullopt;
@@ -214,7 +213,7 @@ GraphTensor GraphTensor::rms_norm(size_t normalized_rank, const std::optional<Gr
   std::vector<int> axes;
   for (size_t i = rank() - normalized_rank; i < rank(); ++i) axes.push_back(static_cast<int>(i));
   GraphTensor x = to_float(*this);
-  if (is_half(x.dtype())) {
+  if (is_half_float(x.dtype())) {
     std::optional<GraphTensor> w = weight ? std::optional<GraphTensor>(weight->cast(DType::F32)) : std::nullopt;
     return x.cast(DType::F32).rms_norm(normalized_rank, w, eps).cast(x.dtype());
   }

@@ -15,12 +15,11 @@ namespace luminal {
 using namespace detail;
 
 namespace {
-bool is_half(DType dt) { return dt == DType::F16 || dt == DType::BF16; }
 
 // Floats as the op computes them: ints and Bool -> F32, F16/BF16 -> F32 (rounded back by the caller).
 GraphTensor working_float(const GraphTensor& x) {
   GraphTensor f = to_float(x);
-  return is_half(f.dtype()) ? f.cast(DType::F32) : f;
+  return is_half_float(f.dtype()) ? f.cast(DType::F32) : f;
 }
 // The result dtype of a float function of x (PyTorch: ints -> F32, floats keep theirs).
 DType result_float(const GraphTensor& x) { return to_float(x).dtype(); }

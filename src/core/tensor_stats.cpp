@@ -14,10 +14,9 @@ namespace luminal {
 using namespace detail;
 
 namespace {
-bool is_half(DType dt) { return dt == DType::F16 || dt == DType::BF16; }
 GraphTensor working_float(const GraphTensor& x) {
   GraphTensor f = to_float(x);
-  return is_half(f.dtype()) ? f.cast(DType::F32) : f;
+  return is_half_float(f.dtype()) ? f.cast(DType::F32) : f;
 }
 
 // The smallest (or largest) value of a dtype: the identity of a running max (min).

@@ -284,7 +284,6 @@ std::string_view accumulator_type(OpKind op, DType dt) {
   if (!is_float(dt)) return "long long";
   return op == OpKind::SumReduce ? "double" : value_type(dt);
 }
-bool is_half(DType dt) { return dt == DType::F16 || dt == DType::BF16; }
 bool contains_reduce(const std::vector<Stmt>& stmts) {
   for (const auto& s : stmts)
     if (s.kind == StmtKind::Reduce || contains_reduce(s.body)) return true;
@@ -558,7 +557,7 @@ class Emitter {
     top_level_ = outer;
     if (split) line(acc + " = " + (sum ? "lm_lane_sum(" : "lm_lane_max(") + acc + ");");
     std::string result = "(" + std::string(value_type(s.dtype)) + ")" + acc;
-    if (is_half(s.dtype)) result = round_half(s.dtype, "(float)" + acc);
+    if (is_half_float(s.dtype)) result = round_half(s.dtype, "(float)" + acc);
     line("const " + std::string(value_type(s.dtype)) + " v" + std::to_string(s.value) + " = " + result + ";");
   }
 
@@ -574,7 +573,7 @@ class Emitter {
         if (sp.op == s.op) {
           std::string name(in == DType::F64 ? sp.f64 : sp.f32);
           std::string e = sp.infix ? "(" + a + " " + name + " " + b + ")" : name + "(" + a + (b.empty() ? "" : ", " + b) + ")";
-          return s.op == OpKind::LessThan ? e : (is_half(in) ? round_half(in, e) : e);
+          return s.op == OpKind::LessThan ? e : (is_half_float(in) ? round_half(in, e) : e);
         }
       LUMINAL_ASSERT(false, "no float spelling for ", op_name(s.op));
     }
@@ -598,7 +597,7 @@ class Emitter {
       return "(" + std::string(value_type(to)) + ")" + wide;
     }
     std::string wide = is_float(from) ? x : "(double)(long long)" + x;
-    if (is_half(to)) return round_half(to, "(float)" + wide);
+    if (is_half_float(to)) return round_half(to, "(float)" + wide);
     return "(" + std::string(value_type(to)) + ")" + wide;
   }
   static std::string round_half(DType dt, const std::string& x) {

@@ -431,7 +431,7 @@ std::optional<std::string> compare_outputs(const HostTensor& got, const HostTens
   const DType dt = want.dtype == DType::BF16 || computed_in == DType::BF16  ? DType::BF16
                    : want.dtype == DType::F16 || computed_in == DType::F16 ? DType::F16
                                                                            : want.dtype;
-  const bool half = dt == DType::BF16 || dt == DType::F16;
+  const bool half = is_half_float(dt);
   const double rtol = dt == DType::BF16 ? 5e-2 : dt == DType::F16 ? 2e-2 : 1e-3;
   // The tensor's scale (mean magnitude of its finite values) joins each element's own: an
   // element that a reassociated sum cancels to near zero carries the rounding of the terms

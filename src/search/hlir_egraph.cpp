@@ -114,7 +114,7 @@ void register_view_primitives(EGraph& g) {
   // F32 product (widened while reading; every half value is exact in F32).
   g.register_primitive("half-float", [](std::span<const Value> a) -> std::optional<Value> {
     if (a.size() != 1 || a[0].kind() != ValueKind::String) return std::nullopt;
-    return Value::boolean(a[0].as_string() == "F16" || a[0].as_string() == "BF16");
+    return Value::boolean(a[0].as_string() == dtype_name(DType::F16) || a[0].as_string() == dtype_name(DType::BF16));
   });
   // (empty-shape): the shape of a scalar, for building Constants in actions.
   g.register_primitive("empty-shape", [](std::span<const Value> a) -> std::optional<Value> {

@@ -89,7 +89,7 @@ bool is_matmul(const Node& n) {
 // F32 for a matmul's B operand held in F16/BF16 under an F32 product (the half-weights
 // rule): the GEMV reads it as it is; anything else reads an F32 copy. nullopt otherwise.
 std::optional<DType> widened_weight(const Node& matmul, int operand, DType operand_dtype) {
-  if (operand == 1 && matmul.dtype == DType::F32 && (operand_dtype == DType::F16 || operand_dtype == DType::BF16))
+  if (operand == 1 && matmul.dtype == DType::F32 && is_half_float(operand_dtype))
     return DType::F32;
   return std::nullopt;
 }

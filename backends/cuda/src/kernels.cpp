@@ -92,7 +92,7 @@ namespace {
 // The dtype w is read in: `dtype`, or a narrower half type under an F32 product.
 DType gemv_weight_dtype(DType dtype, std::optional<DType> weight_dtype) {
   if (!weight_dtype || *weight_dtype == dtype) return dtype;
-  LUMINAL_CHECK(dtype == DType::F32 && (*weight_dtype == DType::F16 || *weight_dtype == DType::BF16),
+  LUMINAL_CHECK(dtype == DType::F32 && is_half_float(*weight_dtype),
                 "GEMV weights in ", dtype_name(*weight_dtype), " under a ", dtype_name(dtype),
                 " product (only F32 with F16 or BF16 weights mix)");
   return *weight_dtype;

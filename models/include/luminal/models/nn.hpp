@@ -50,8 +50,6 @@ GraphTensor parameter(Graph& g, const std::string& name, const Shape& shape, DTy
 // `w` as F32 (a Cast when it is held in F16/BF16; backends read the weight itself).
 GraphTensor as_f32(const GraphTensor& w);
 
-// F16 or BF16: the dtypes a model may compute in besides F32.
-bool is_half(DType dtype);
 
 // The dynamic dims of a sequence step.
 struct SeqDims {
