@@ -135,7 +135,8 @@ class SegmentProfiler {
  public:
   SegmentProfiler(const SaturatedSegment& seg, const Runtime& target, const CompileOptions& o, DimMap dims,
                   CompileReport& report)
-      : seg_(seg), o_(o), dims_(std::move(dims)), report_(report), rt_(target.fresh()) {}
+      : seg_(seg), o_(o), dims_(std::move(dims)), report_(report), rt_(target.fresh()),
+        precision_(segment_precision(*seg.graph)) {}
 
   // The inputs are made once, by the runtime, where it keeps them (after the first
   // program is loaded, so the runtime knows them).
@@ -252,7 +253,7 @@ class SegmentProfiler {
         for (auto& [id, t] : outs)
           for (auto& [rid, rt] : reference_)
             if (rid == id && is_float(t.dtype))
-              if (auto why = compare_outputs(t, rt, segment_precision(*seg_.graph))) {
+              if (auto why = compare_outputs(t, rt, precision_)) {
                 e.rejection = search::Rejection::Mismatch;
                 e.detail = *why;
                 return e;
@@ -275,6 +276,7 @@ class SegmentProfiler {
   DimMap dims_;
   CompileReport& report_;
   std::unique_ptr<Runtime> rt_;
+  DType precision_;  // the coarsest the segment computes in: outputs are judged at it
   bool adversarial_ = false, inputs_filled_ = false;
   uint64_t seed_ = 0;
   std::vector<std::pair<NodeId, HostTensor>> reference_;
@@ -313,6 +315,7 @@ std::optional<std::string> verify_choice(const SaturatedSegment& seg, const Runt
   auto a = search::extract(seg.lowered, seg.space, chosen);
   auto b = search::extract(seg.lowered, seg.space, source);
   LUMINAL_ASSERT(a && b, "verify: programs must extract");
+  const DType precision = segment_precision(*seg.graph);
   for (int round = 0; round < 2; ++round) {  // values of both signs, then special values
     std::vector<std::pair<NodeId, HostTensor>> inputs;
     for (NodeId i = 0; i < seg.graph->size(); ++i)
@@ -327,7 +330,7 @@ std::optional<std::string> verify_choice(const SaturatedSegment& seg, const Runt
         if (id != wid) continue;
         if (!is_float(t.dtype)) {
           if (t.to_i64() != w.to_i64()) return "output " + std::to_string(id) + " differs";
-        } else if (auto why = compare_outputs(t, w, segment_precision(*seg.graph))) {
+        } else if (auto why = compare_outputs(t, w, precision)) {
           return "output " + std::to_string(id) + ", " + *why;
         }
       }
