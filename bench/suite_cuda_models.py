@@ -147,6 +147,12 @@ def copy_bandwidth_tbs():
     return 2 * n / statistics.median(times) / 1e12
 
 
+def _without_progress(text):
+    """stderr without the search's progress bar, which redraws itself with carriage returns."""
+    lines = re.split(r"[\r\n]", text or "")
+    return "\n".join(l for l in lines if l.strip() and not re.match(r"\s*search \[", l))
+
+
 def luminal_run(binary: Path, model_dir: Path, prompt: str, cache_dir: Path, search_s: float, timeout_s: float):
     """One `luminal generate --device cuda` process: the prompt twice on the compiled model.
     The first run of a prompt length resolves and allocates its plan; TTFT and TPOT are the
@@ -160,10 +166,10 @@ def luminal_run(binary: Path, model_dir: Path, prompt: str, cache_dir: Path, sea
         res = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=max(timeout_s, 10))
     except subprocess.TimeoutExpired as e:
         err = e.stderr.decode(errors="replace") if isinstance(e.stderr, bytes) else (e.stderr or "")
-        log(f"luminal generate's stderr (last 8000 characters):\n{err[-8000:]}")
+        log(f"luminal generate's stderr (progress bars left out; last 40000 characters):\n{_without_progress(err)[-40000:]}")
         raise RuntimeError(f"luminal generate timed out after {timeout_s:.0f} s: {err[-800:]!r}") from None
     wall = time.perf_counter() - t0
-    log(f"luminal generate's stderr (last 6000 characters):\n{(res.stderr or '')[-6000:]}")
+    log(f"luminal generate's stderr (progress bars left out; last 40000 characters):\n{_without_progress(res.stderr)[-40000:]}")
     if res.returncode != 0:
         raise RuntimeError(f"luminal generate failed ({res.returncode}): {(res.stderr or res.stdout)[-1500:]}")
     out = res.stdout + res.stderr

@@ -38,6 +38,7 @@ struct ProfileOptions {
 struct ProfileResult {
   double seconds = 0;
   bool timed_out = false;
+  double warmup_seconds = 0;  // host time of the warm-up runs (one-time costs), for reports
 };
 
 // Thrown from inside a run that passed its profiling deadline.

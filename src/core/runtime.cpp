@@ -66,6 +66,7 @@ ProfileResult Runtime::profile(const DimMap& dims, const ProfileOptions& o) {
       auto t0 = clock::now();
       run(active_slot_, dims);
       if (t >= o.warmup) best = std::min(best, std::chrono::duration<double>(clock::now() - t0).count());
+      else r.warmup_seconds = std::chrono::duration<double>(clock::now() - start).count();
       if (clock::now() - start > o.timeout) {
         r.timed_out = true;
         break;

@@ -219,6 +219,18 @@ class SegmentProfiler {
 
   search::Evaluation run(const search::Extracted& candidate) {
     search::Evaluation e;
+    double load_s = 0;
+    ProfileResult r;
+    // verbose: where each candidate's time goes (a model-sized segment's first candidate
+    // can spend its budget loading or warming up, not in the timed runs).
+    auto trace = [&](const search::Evaluation& ev) {
+      // The first few of each segment, and any that is slow to start or rejected.
+      if (!o_.verbose_ || (traced_++ >= 3 && ev.seconds && load_s + r.warmup_seconds < 1.0)) return;
+      const std::string verdict = ev.seconds ? std::to_string(*ev.seconds * 1e3) + " ms"
+                                             : std::string(search::rejection_name(ev.rejection)) + ": " + ev.detail;
+      std::fprintf(stderr, "\n  candidate of %zu nodes: load %.2f s, warm-up %.2f s, %s", candidate.program.size(), load_s,
+                   r.warmup_seconds, verdict.c_str());
+    };
     try {
       auto t0 = clock_type::now();
       rt_->load_program(0, candidate.program, candidate.io_of);
@@ -228,15 +240,17 @@ class SegmentProfiler {
             rt_->fill_profiling_input(i, seg_.graph->node(i), dims_, seed_ + i, adversarial_);
         inputs_filled_ = true;
       }
-      report_.setup_s += since(t0);
+      load_s = since(t0);
+      report_.setup_s += load_s;
       ProfileOptions po;
       po.trials = o_.trials_;
       po.warmup = o_.warmup_;
       po.timeout = o_.profile_timeout_;
-      ProfileResult r = rt_->profile(dims_, po);
+      r = rt_->profile(dims_, po);
       if (r.timed_out) {
         e.rejection = search::Rejection::Timeout;
         e.detail = "over the profile timeout";
+        trace(e);
         return e;
       }
       // The first program that runs (the cheapest) sets the reference values; the others
@@ -256,10 +270,12 @@ class SegmentProfiler {
               if (auto why = compare_outputs(t, rt, precision_)) {
                 e.rejection = search::Rejection::Mismatch;
                 e.detail = *why;
+                trace(e);
                 return e;
               }
       }
       e.seconds = r.seconds;
+      trace(e);
     } catch (const DeviceLost& ex) {
       throw DeviceLost(detail::concat("compile: a candidate program (", candidate.program.size(),
                                       " nodes) faulted the device while it was profiled, so the search cannot go on: ",
@@ -267,6 +283,7 @@ class SegmentProfiler {
     } catch (const std::exception& ex) {
       e.rejection = search::Rejection::Throws;
       e.detail = ex.what();
+      trace(e);
     }
     return e;
   }
@@ -278,6 +295,7 @@ class SegmentProfiler {
   std::unique_ptr<Runtime> rt_;
   DType precision_;  // the coarsest the segment computes in: outputs are judged at it
   bool adversarial_ = false, inputs_filled_ = false;
+  int traced_ = 0;  // candidates described on stderr (verbose)
   uint64_t seed_ = 0;
   std::vector<std::pair<NodeId, HostTensor>> reference_;
   std::unordered_map<uint64_t, search::Evaluation> seen_;
@@ -528,8 +546,19 @@ void Graph::compile_into(Runtime& runtime, const CompileOptions& options) const 
   }
   std::vector<Runtime::Plan> plans;
   std::vector<DimMap> uppers;
-  for (const auto& combo : bucket_combinations(options, dim_map())) {
+  const auto combos = bucket_combinations(options, dim_map());
+  // The search budget is shared by node count: each segment search gets what is left times
+  // its share of the nodes still to search (a block's copies are searched once). Handing
+  // each search all that was left let the first segment spend it, leaving one candidate to
+  // a decode bucket's layer.
+  double nodes_to_search = static_cast<double>(size());
+  if (block) nodes_to_search -= static_cast<double>(block->period) * (block->count - 1);
+  nodes_to_search *= static_cast<double>(combos.size());
+  for (const auto& combo : combos) {
     auto segment_search = [&](const Graph& segment) {
+      const double weight = static_cast<double>(segment.size());
+      const double share = std::min(1.0, weight / std::max(nodes_to_search, weight));
+      nodes_to_search = std::max(0.0, nodes_to_search - weight);
       std::string cache_key;
       if (cache) {
         if (auto bytes = serialize_graph(segment)) {
@@ -546,7 +575,7 @@ void Graph::compile_into(Runtime& runtime, const CompileOptions& options) const 
       auto& sat = saturated[key];
       if (!sat) sat = saturate_segment(segment, runtime, options, report);
       else report.segments_reused++;
-      double left = budget - (report.search_s + report.saturate_s);
+      double left = (budget - (report.search_s + report.saturate_s)) * share;
       search::SegmentProgram chosen = search_segment(*sat, runtime, options, combo.dims, left, report);
       if (!cache_key.empty()) cache->store(cache_key, chosen);
       return chosen;

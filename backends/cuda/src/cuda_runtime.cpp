@@ -1321,6 +1321,7 @@ ProfileResult CudaRuntime::profile(const DimMap& dims, const ProfileOptions& o) 
     // second captures the graph; trials replay it, timed with events on the stream.
     for (int t = 0; t < std::max(o.warmup, 2); ++t) run(active_slot(), dims);
     start = clock::now();
+    result.warmup_seconds = std::chrono::duration<double>(start - warm_start).count();
     set_deadline(start + std::chrono::duration_cast<clock::duration>(o.timeout));
     Event begin, end;
     for (int t = 0; t < std::max(o.trials, 1); ++t) {
@@ -1336,6 +1337,7 @@ ProfileResult CudaRuntime::profile(const DimMap& dims, const ProfileOptions& o) 
     }
   } catch (const ProfileTimeout&) {
     result.timed_out = true;
+    if (result.warmup_seconds == 0) result.warmup_seconds = std::chrono::duration<double>(clock::now() - warm_start).count();
   } catch (...) {
     set_deadline(std::nullopt);
     throw;
