@@ -302,22 +302,25 @@ class SegmentProfiler {
   std::vector<std::pair<size_t, size_t>> pending_dups_;
 };
 
-// Run `program` on a fresh runtime of the target's kind with the given inputs; the outputs
-// by segment id, or the error message.
-std::variant<std::vector<std::pair<NodeId, HostTensor>>, std::string> run_once(
-    const Runtime& target, search::Extracted program, const std::vector<std::pair<NodeId, HostTensor>>& inputs,
-    const DimMap& dims) {
+// Run `program` on `rt` over inputs the runtime makes itself (on the device, where it can:
+// a model's segment has gigabytes of weights, which host-made values would spend most of a
+// compile generating and copying); the outputs by segment id, or the error message. The
+// inputs are made again for every program, so state a program updates in place (a KV
+// cache) does not reach the next one.
+std::variant<std::vector<std::pair<NodeId, HostTensor>>, std::string> run_on_made_inputs(
+    Runtime& rt, search::Extracted program, const Graph& segment, const DimMap& dims, uint64_t seed,
+    bool adversarial) {
   try {
-    auto rt = target.fresh();
     for (NodeId i = 0; i < program.program.size(); ++i)
       if (program.program.node(i).op == OpKind::Input) program.program.mutable_node(i).persist = true;
-    rt->load_program(0, program.program, program.io_of);
-    for (const auto& [id, t] : inputs) rt->set_tensor(id, t);
-    rt->execute(dims);
+    rt.load_program(0, program.program, program.io_of);
+    for (NodeId i = 0; i < segment.size(); ++i)
+      if (segment.node(i).op == OpKind::Input) rt.fill_profiling_input(i, segment.node(i), dims, seed + i, adversarial);
+    rt.execute(dims);
     std::vector<std::pair<NodeId, HostTensor>> outs;
     for (NodeId i = 0; i < program.program.size(); ++i)
       if (program.program.node(i).op == OpKind::Output && program.io_of[i] != kNoNode)
-        outs.emplace_back(program.io_of[i], rt->get_tensor(program.io_of[i]));
+        outs.emplace_back(program.io_of[i], rt.get_tensor(program.io_of[i]));
     return outs;
   } catch (const DeviceLost&) {
     throw;  // not a verdict on the program: nothing can run on that device any more
@@ -335,13 +338,11 @@ std::optional<std::string> verify_choice(const SaturatedSegment& seg, const Runt
   LUMINAL_ASSERT(a && b, "verify: programs must extract");
   const DType precision = segment_precision(*seg.graph);
   for (int round = 0; round < 2; ++round) {  // values of both signs, then special values
-    std::vector<std::pair<NodeId, HostTensor>> inputs;
-    for (NodeId i = 0; i < seg.graph->size(); ++i)
-      if (seg.graph->node(i).op == OpKind::Input)
-        inputs.emplace_back(i, profiling_values(seg.graph->node(i), dims, seed + 1000 * round + i, round == 1));
-    auto got = run_once(target, *a, inputs, dims);
-    auto want = run_once(target, *b, inputs, dims);
+    auto rt = target.fresh();  // one runtime for both programs: the inputs' buffers are reused
+    const uint64_t round_seed = seed + 1000 * round;
+    auto want = run_on_made_inputs(*rt, *b, *seg.graph, dims, round_seed, round == 1);
     if (want.index() == 1) return std::nullopt;  // the unrewritten program itself rejects these inputs
+    auto got = run_on_made_inputs(*rt, *a, *seg.graph, dims, round_seed, round == 1);
     if (got.index() == 1) return "it throws where the unrewritten program does not: " + std::get<1>(got);
     for (auto& [id, t] : std::get<0>(got))
       for (auto& [wid, w] : std::get<0>(want)) {

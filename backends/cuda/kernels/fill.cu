@@ -1,5 +1,8 @@
 // Deterministic uniform random fill in [-scale, scale): benchmarks fill gigabytes of
-// weights on the device instead of generating and copying them from the host.
+// weights on the device instead of generating and copying them from the host, and the
+// compiler makes a model segment's profiling and verification inputs with it. With
+// `adversarial`, one element in 8 is a special value instead (the host's list in
+// profiling_values: signed zeros, infinities, NaN, subnormals, values that overflow F16).
 namespace lk {
 
 __device__ __forceinline__ unsigned hash32(unsigned x) {
@@ -8,16 +11,26 @@ __device__ __forceinline__ unsigned hash32(unsigned x) {
 }
 
 template <class T>
-__device__ __forceinline__ void fill_uniform(T* out, long long n, unsigned seed, float scale) {
+__device__ __forceinline__ void fill_uniform(T* out, long long n, unsigned seed, float scale, int adversarial) {
   const long long stride = (long long)gridDim.x * blockDim.x;
   for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
     const unsigned h = hash32((unsigned)i ^ hash32(seed ^ hash32((unsigned)(i >> 32) + 0x9e3779b9u)));
     const float u = (float)(h >> 8) * (1.0f / 16777216.0f);
-    out[i] = from_float<T>((2.0f * u - 1.0f) * scale);
+    float v = (2.0f * u - 1.0f) * scale;
+    if (adversarial && (h & 7u) == 0) {
+      const unsigned pick = hash32(h + 0x85ebca6bu) % 11u;
+      const float inf = __int_as_float(0x7f800000);
+      const float special[11] = {0.0f, -0.0f, inf, -inf, __int_as_float(0x7fc00000), 1e-40f, -1e-40f,
+                                 65504.0f, -3.0e38f, 1.0f, -1.0f};
+      v = special[pick];
+    }
+    out[i] = from_float<T>(v);
   }
 }
 
 }  // namespace lk
 
 #define LUMINAL_FILL_ENTRY(NAME, T) \
-  extern "C" __global__ void NAME(T* out, long long n, unsigned seed, float scale) { lk::fill_uniform<T>(out, n, seed, scale); }
+  extern "C" __global__ void NAME(T* out, long long n, unsigned seed, float scale, int adversarial) { \
+    lk::fill_uniform<T>(out, n, seed, scale, adversarial);                                            \
+  }

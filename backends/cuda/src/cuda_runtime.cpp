@@ -1283,7 +1283,7 @@ void CudaRuntime::run(size_t slot, const DimMap& dims) {
 void CudaRuntime::fill_profiling_input(NodeId id, const Node& input, const DimMap& dims, uint64_t seed,
                                        bool adversarial) {
   auto& s = *state_;
-  if (adversarial || !gemm_dtype(input.dtype) || s.find_io(id) == nullptr) {
+  if (!gemm_dtype(input.dtype) || s.find_io(id) == nullptr) {
     Runtime::fill_profiling_input(id, input, dims, seed, adversarial);
     return;
   }
@@ -1294,9 +1294,9 @@ void CudaRuntime::fill_profiling_input(NodeId id, const Node& input, const DimMa
   t.numel = numel;
   t.shape.clear();
   t.reserve(numel * dtype_bytes(input.dtype));
-  // Uniform in [-2, 2), as the host default.
+  // Uniform in [-2, 2), and the special values, as the host default (not the same values).
   fill_uniform(*s.shared->modules, input.dtype, t.ptr(), static_cast<int64_t>(numel), static_cast<uint32_t>(seed ^ (seed >> 32)),
-               2.0f, s.stream());
+               2.0f, s.stream(), adversarial);
   LUMINAL_CU(cuStreamSynchronize, s.stream());
   t.valid = true;
 }

@@ -96,10 +96,11 @@ void launch_kv_scatter(ModuleCache& cache, DType dtype, const KvCacheLayout& lay
                        StreamHandle stream);
 
 // ---- uniform random fill in [-scale, scale), deterministic in (seed, index) ----
+// adversarial: one element in 8 is a special value (+-0, +-inf, NaN, subnormal, F16 overflow).
 KernelSource fill_source(DType dtype);
 inline constexpr const char* kFillKernelName = "luminal_fill";
 void fill_uniform(ModuleCache& cache, DType dtype, DevicePtr out, int64_t count, uint32_t seed, float scale,
-                  StreamHandle stream);
+                  StreamHandle stream, bool adversarial = false);
 
 // Every variant a build can launch, for ahead-of-time compilation and the NVRTC tests.
 std::vector<KernelSource> all_kernel_sources();
