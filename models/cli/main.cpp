@@ -149,9 +149,11 @@ luminal::DType resolve_dtype(std::string name, const std::string& device, const 
 luminal::models::Generator compile_for(luminal::models::CausalLM model, const std::string& device,
                                        luminal::CompileOptions options) {
   using luminal::models::Generator;
+  // A decode plan (s = 1: GEMVs) and a prefill plan (s >= 2: GEMMs), each searched at its
+  // own sizes; the reference interpreter has nothing to choose between.
+  if (device != "reference") options = model.with_prefill_plan(std::move(options));
   if (device == "cpu") {
 #ifdef LUMINAL_HAVE_CPU
-    options = model.with_prefill_plan(std::move(options));
     return Generator::compile(std::move(model), luminal::cpu::CpuRuntime{}, options);
 #else
     luminal::fail("--device cpu: this build has no CPU backend (built with LUMINAL_BUILD_CPU=OFF)");

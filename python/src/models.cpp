@@ -62,9 +62,12 @@ void bind_models(nb::module_& root) {
              CausalLM model = CausalLM::from_pretrained(dir, mo);
              const RuntimeEntry& entry = find_runtime(runtime);
              std::unique_ptr<Runtime> rt = entry.make();
+             // A decode plan and a prefill plan on a backend (as `luminal generate`).
+             CompileOptions o = options.value_or(CompileOptions{});
+             if (runtime != "reference") o = model.with_prefill_plan(std::move(o));
              {
                nb::gil_scoped_release release;
-               model.graph().compile_into(*rt, options.value_or(CompileOptions{}));
+               model.graph().compile_into(*rt, o);
              }
              return std::make_unique<Generator>(std::move(model), std::move(rt));
            }, "dir"_a, "runtime"_a = "reference", "options"_a = nb::none(), "max_seq_len"_a = 0,
