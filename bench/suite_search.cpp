@@ -92,7 +92,9 @@ class SpinRuntime : public Runtime {
     return stages;
   }
   // Profiling data costs nothing here (a device backend makes it on the device).
-  void fill_profiling_input(NodeId id, const Node&, const DimMap&, uint64_t, bool) override { set_ids_.push_back(id); }
+  void fill_profiling_input(NodeId id, const Node&, const DimMap&, uint64_t, InputValues) override {
+    set_ids_.push_back(id);
+  }
   void load_program(size_t slot, const Graph& program, std::vector<NodeId> ids) override {
     if (programs_.size() <= slot) programs_.resize(slot + 1);
     programs_[slot] = {program, std::move(ids)};

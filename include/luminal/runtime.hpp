@@ -63,8 +63,16 @@ struct CostEstimate {
   int64_t memory_bytes = 0;  // device memory the program needs (arena + its own buffers)
 };
 
+// Profiling and verification inputs: uniform values in [-2, 2), or with one element in 8
+// replaced by a special value: +-0, +-inf, NaN, +-1e-40 (subnormal), +-1 and, with
+// Special only, 65504 and -3e38 (past F16's range; their squares past F32's). A segment
+// that computes in BF16/F16 gets SpecialHalf: a sum next to 65504 rounds there to a
+// multiple of 256, so two correct programs that add in another order differ by hundreds,
+// and those magnitudes would test rounding noise, not semantics.
+enum class InputValues : uint8_t { Uniform, Special, SpecialHalf };
+
 // The values Runtime::fill_profiling_input makes by default.
-HostTensor profiling_values(const Node& input, const DimMap& dims, uint64_t seed, bool adversarial);
+HostTensor profiling_values(const Node& input, const DimMap& dims, uint64_t seed, InputValues values);
 
 class Runtime {
  public:
@@ -97,11 +105,12 @@ class Runtime {
   // per program: a backend records them and throws from load_program.
   virtual void prepare(std::span<const Graph* const> programs) {}
   // Give input `id` (a node of the program being profiled) profiling data: values of both
-  // signs from `seed`, mixed with special values when `adversarial`; integer inputs small
+  // signs from `seed`, mixed with special values as `values` says; integer inputs small
   // and non-negative (they are mostly indexes). Called once per segment. The default
   // makes the values on the host and calls set_tensor; a device backend may make them
   // where it keeps them.
-  virtual void fill_profiling_input(NodeId id, const Node& input, const DimMap& dims, uint64_t seed, bool adversarial);
+  virtual void fill_profiling_input(NodeId id, const Node& input, const DimMap& dims, uint64_t seed,
+                                    InputValues values);
   // Time the active program: warm-up runs, then trials; the best trial counts. The
   // default uses the host clock around run() and sets the deadline run() checks.
   virtual ProfileResult profile(const DimMap& dims, const ProfileOptions& options);

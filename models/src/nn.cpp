@@ -184,18 +184,22 @@ GraphTensor gqa_attention(const GraphTensor& q, const GraphTensor& k, const Grap
   LUMINAL_CHECK(k.dim(2) == q.dim(2) && v.dim(1) == k.dim(1), "attention: q ", to_string(q.shape()), ", k ",
                 to_string(k.shape()), ", v ", to_string(v.shape()), " do not fit together");
   const int64_t G = *H / *KV;
-  const Expression sq = q.dim(0);
-  GraphTensor qh = q.reshape({sq, *KV, G, *D}).permute({1, 2, 0, 3});  // (KV, G, sq, D)
-  GraphTensor kt = k.permute({1, 2, 0}).unsqueeze(1);                   // (KV, 1, D, sk)
-  GraphTensor vh = v.permute({1, 0, 2}).unsqueeze(1);                   // (KV, 1, sk, Dv)
+  const Expression sq = q.dim(0), sk = k.dim(0), dv = v.dim(2), rows = Expression(G) * sq;
+  // Both products are batched matmuls over the KV heads with one batch stride: each KV
+  // head's G query heads are stacked as rows, (KV, G*sq, D), a copy of q (small). Written
+  // as (KV, G, sq, D) x (KV, 1, D, sk), a product with a broadcast batch axis, no matmul
+  // implementation matched it, and attention ran as loop nests that computed q.k again
+  // for every output element (a Llama-3-8B step spent most of its time there on CUDA).
+  GraphTensor qh = q.reshape({sq, *KV, G, *D}).permute({1, 2, 0, 3}).contiguous().reshape({Expression(*KV), rows, *D});
+  GraphTensor kt = k.permute({1, 2, 0});  // (KV, D, sk)
+  GraphTensor vh = v.permute({1, 0, 2});  // (KV, sk, Dv)
   // F16/BF16: q.k is rounded to q's dtype by the matmul, then upcast for the rest
   // (transformers scales in float opmath and takes softmax(dtype=float32).to(q.dtype)).
-  GraphTensor scores = qh.matmul(kt).cast(DType::F32) * o.scale;       // (KV, G, sq, sk)
+  GraphTensor scores = qh.matmul(kt).reshape({Expression(*KV), Expression(G), sq, sk}).cast(DType::F32) * o.scale;
   if (o.softcap) scores = softcap(scores, *o.softcap);
-  if (mask) scores = scores + *mask;
-  GraphTensor probs = scores.softmax(-1).cast(q.dtype());
-  GraphTensor out = probs.matmul(vh);  // (KV, G, sq, Dv)
-  const Expression dv = v.dim(2);
+  if (mask) scores = scores + *mask;  // (sq, sk), broadcast over the heads
+  GraphTensor probs = scores.softmax(-1).cast(q.dtype()).reshape({Expression(*KV), rows, sk});
+  GraphTensor out = probs.matmul(vh).reshape({Expression(*KV), Expression(G), sq, dv});
   return out.permute({2, 0, 1, 3}).reshape({sq, Expression(*H) * dv});
 }
 

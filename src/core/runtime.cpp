@@ -37,22 +37,26 @@ CostEstimate Runtime::estimate(const Graph& program, const DimMap& dims) const {
   return e;
 }
 
-HostTensor profiling_values(const Node& n, const DimMap& dims, uint64_t seed, bool adversarial) {
+HostTensor profiling_values(const Node& n, const DimMap& dims, uint64_t seed, InputValues values) {
   auto numel = static_cast<size_t>(product(n.shape).eval(dims));
   HostTensor t = HostTensor::zeros(n.dtype, numel);
   std::mt19937_64 rng(seed);
   std::uniform_real_distribution<double> uni(-2.0, 2.0);
-  static const double kSpecial[] = {0.0, -0.0, INFINITY, -INFINITY, NAN, 1e-40, -1e-40, 65504.0, -3.0e38, 1.0, -1.0};
+  // The large magnitudes last: SpecialHalf draws from the others.
+  static const double kSpecial[] = {0.0, -0.0, INFINITY, -INFINITY, NAN, 1e-40, -1e-40, 1.0, -1.0, 65504.0, -3.0e38};
+  const bool adversarial = values != InputValues::Uniform;
+  const size_t specials = values == InputValues::Special ? std::size(kSpecial) : std::size(kSpecial) - 2;
   for (size_t k = 0; k < numel; ++k) {
     if (!is_float(n.dtype)) t.set_i64(k, static_cast<int64_t>(rng() % 2));
-    else if (adversarial && rng() % 8 == 0) t.set_f64(k, kSpecial[rng() % std::size(kSpecial)]);
+    else if (adversarial && rng() % 8 == 0) t.set_f64(k, kSpecial[rng() % specials]);
     else t.set_f64(k, uni(rng));
   }
   return t;
 }
 
-void Runtime::fill_profiling_input(NodeId id, const Node& input, const DimMap& dims, uint64_t seed, bool adversarial) {
-  set_tensor(id, profiling_values(input, dims, seed, adversarial));
+void Runtime::fill_profiling_input(NodeId id, const Node& input, const DimMap& dims, uint64_t seed,
+                                   InputValues values) {
+  set_tensor(id, profiling_values(input, dims, seed, values));
 }
 
 ProfileResult Runtime::profile(const DimMap& dims, const ProfileOptions& o) {

@@ -140,8 +140,8 @@ class SegmentProfiler {
 
   // The inputs are made once, by the runtime, where it keeps them (after the first
   // program is loaded, so the runtime knows them).
-  void set_inputs(bool adversarial, uint64_t seed) {
-    adversarial_ = adversarial;
+  void set_inputs(InputValues values, uint64_t seed) {
+    input_values_ = values;
     seed_ = seed;
   }
 
@@ -237,7 +237,7 @@ class SegmentProfiler {
       if (!inputs_filled_) {
         for (NodeId i = 0; i < seg_.graph->size(); ++i)
           if (seg_.graph->node(i).op == OpKind::Input)
-            rt_->fill_profiling_input(i, seg_.graph->node(i), dims_, seed_ + i, adversarial_);
+            rt_->fill_profiling_input(i, seg_.graph->node(i), dims_, seed_ + i, input_values_);
         inputs_filled_ = true;
       }
       load_s = since(t0);
@@ -294,7 +294,8 @@ class SegmentProfiler {
   CompileReport& report_;
   std::unique_ptr<Runtime> rt_;
   DType precision_;  // the coarsest the segment computes in: outputs are judged at it
-  bool adversarial_ = false, inputs_filled_ = false;
+  InputValues input_values_ = InputValues::Uniform;
+  bool inputs_filled_ = false;
   int traced_ = 0;  // candidates described on stderr (verbose)
   uint64_t seed_ = 0;
   std::vector<std::pair<NodeId, HostTensor>> reference_;
@@ -309,13 +310,13 @@ class SegmentProfiler {
 // cache) does not reach the next one.
 std::variant<std::vector<std::pair<NodeId, HostTensor>>, std::string> run_on_made_inputs(
     Runtime& rt, search::Extracted program, const Graph& segment, const DimMap& dims, uint64_t seed,
-    bool adversarial) {
+    InputValues values) {
   try {
     for (NodeId i = 0; i < program.program.size(); ++i)
       if (program.program.node(i).op == OpKind::Input) program.program.mutable_node(i).persist = true;
     rt.load_program(0, program.program, program.io_of);
     for (NodeId i = 0; i < segment.size(); ++i)
-      if (segment.node(i).op == OpKind::Input) rt.fill_profiling_input(i, segment.node(i), dims, seed + i, adversarial);
+      if (segment.node(i).op == OpKind::Input) rt.fill_profiling_input(i, segment.node(i), dims, seed + i, values);
     rt.execute(dims);
     std::vector<std::pair<NodeId, HostTensor>> outs;
     for (NodeId i = 0; i < program.program.size(); ++i)
@@ -337,12 +338,14 @@ std::optional<std::string> verify_choice(const SaturatedSegment& seg, const Runt
   auto b = search::extract(seg.lowered, seg.space, source);
   LUMINAL_ASSERT(a && b, "verify: programs must extract");
   const DType precision = segment_precision(*seg.graph);
+  const InputValues special = is_half_float(precision) ? InputValues::SpecialHalf : InputValues::Special;
   for (int round = 0; round < 2; ++round) {  // values of both signs, then special values
     auto rt = target.fresh();  // one runtime for both programs: the inputs' buffers are reused
     const uint64_t round_seed = seed + 1000 * round;
-    auto want = run_on_made_inputs(*rt, *b, *seg.graph, dims, round_seed, round == 1);
+    const InputValues values = round == 1 ? special : InputValues::Uniform;
+    auto want = run_on_made_inputs(*rt, *b, *seg.graph, dims, round_seed, values);
     if (want.index() == 1) return std::nullopt;  // the unrewritten program itself rejects these inputs
-    auto got = run_on_made_inputs(*rt, *a, *seg.graph, dims, round_seed, round == 1);
+    auto got = run_on_made_inputs(*rt, *a, *seg.graph, dims, round_seed, values);
     if (got.index() == 1) return "it throws where the unrewritten program does not: " + std::get<1>(got);
     for (auto& [id, t] : std::get<0>(got))
       for (auto& [wid, w] : std::get<0>(want)) {
@@ -378,7 +381,7 @@ search::SegmentProgram search_segment(const SaturatedSegment& seg, const Runtime
     std::vector<uint32_t> choices;
     for (const auto& opts : space.options) choices.push_back(static_cast<uint32_t>(opts.size()));
     SegmentProfiler profiler(seg, target, o, dims, report);
-    profiler.set_inputs(false, o.seed_ + 17);
+    profiler.set_inputs(InputValues::Uniform, o.seed_ + 17);
     search::SearchSetup setup;
     setup.seeds = {cheapest, source};
     setup.fallback = source;

@@ -1281,10 +1281,10 @@ void CudaRuntime::run(size_t slot, const DimMap& dims) {
 }
 
 void CudaRuntime::fill_profiling_input(NodeId id, const Node& input, const DimMap& dims, uint64_t seed,
-                                       bool adversarial) {
+                                       InputValues values) {
   auto& s = *state_;
   if (!gemm_dtype(input.dtype) || s.find_io(id) == nullptr) {
-    Runtime::fill_profiling_input(id, input, dims, seed, adversarial);
+    Runtime::fill_profiling_input(id, input, dims, seed, values);
     return;
   }
   s.shared->context->make_current();
@@ -1296,7 +1296,10 @@ void CudaRuntime::fill_profiling_input(NodeId id, const Node& input, const DimMa
   t.reserve(numel * dtype_bytes(input.dtype));
   // Uniform in [-2, 2), and the special values, as the host default (not the same values).
   fill_uniform(*s.shared->modules, input.dtype, t.ptr(), static_cast<int64_t>(numel), static_cast<uint32_t>(seed ^ (seed >> 32)),
-               2.0f, s.stream(), adversarial);
+               2.0f, s.stream(),
+               values == InputValues::Uniform ? FillSpecials::None
+               : values == InputValues::Special ? FillSpecials::All
+                                                : FillSpecials::NoLargeMagnitudes);
   LUMINAL_CU(cuStreamSynchronize, s.stream());
   t.valid = true;
 }

@@ -333,12 +333,12 @@ KernelSource fill_source(DType dtype) {
 }
 
 void fill_uniform(ModuleCache& cache, DType dtype, DevicePtr out, int64_t count, uint32_t seed, float scale,
-                  StreamHandle stream, bool adversarial) {
+                  StreamHandle stream, FillSpecials specials) {
   if (count <= 0) return;
   api::CUfunction fn = cache.function(fill_source(dtype), kFillKernelName);
   const unsigned blocks = static_cast<unsigned>(std::min<int64_t>((count + 255) / 256, 65535));
   long long n = count;
-  int special = adversarial ? 1 : 0;
+  int special = static_cast<int>(specials);
   void* params[] = {&out, &n, &seed, &scale, &special};
   launch(fn, blocks, 1, 256, 0, stream, params);
 }

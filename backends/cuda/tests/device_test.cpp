@@ -58,19 +58,20 @@ TEST_F(Device, EventsAndTiming) {
   std::printf("fill 64 MB: eager %.1f us, graph %.1f us per launch\n", eager * 1e3, graphed * 1e3);
 }
 
-// The compiler makes a model segment's verification inputs on the device: with
-// `adversarial`, about one element in 8 must be a special value of the dtype, the rest
-// uniform in [-scale, scale); without it, none.
+// The compiler makes a model segment's verification inputs on the device: with specials,
+// about one element in 8 must be a special value of the dtype, the rest uniform in
+// [-scale, scale); without, none; without the large magnitudes, none above 2 but the
+// infinities.
 TEST_F(Device, AdversarialFillMixesSpecialValuesIntoEveryDtype) {
   Context ctx;
   Stream stream;
   ModuleCache cache(ctx.info().arch());
   const int64_t n = 100003;  // odd: the grid-stride loop's tail
   for (DType dt : {DType::F32, DType::BF16, DType::F16})
-    for (bool adversarial : {false, true}) {
-      SCOPED_TRACE(std::string(luminal::dtype_name(dt)) + (adversarial ? " adversarial" : " plain"));
+    for (FillSpecials specials : {FillSpecials::None, FillSpecials::All, FillSpecials::NoLargeMagnitudes}) {
+      SCOPED_TRACE(std::string(luminal::dtype_name(dt)) + " specials " + std::to_string(static_cast<int>(specials)));
       DeviceBuffer buf(size_t(n) * luminal::dtype_bytes(dt));
-      fill_uniform(cache, dt, buf.ptr(), n, 11, 2.0f, stream.get(), adversarial);
+      fill_uniform(cache, dt, buf.ptr(), n, 11, 2.0f, stream.get(), specials);
       std::vector<uint8_t> bytes(buf.bytes());
       buf.download(bytes.data(), bytes.size(), stream.get());
       stream.synchronize();
@@ -82,21 +83,26 @@ TEST_F(Device, AdversarialFillMixesSpecialValuesIntoEveryDtype) {
         else if (std::abs(v) > 2.0) ++outside;  // 65504 (F16: overflows to inf) or -3e38
         else ++other;
       }
-      if (!adversarial) {
+      if (specials == FillSpecials::None) {
         EXPECT_EQ(nan + pos_inf + neg_inf + outside, 0);
         EXPECT_EQ(other + neg_zero, n);
         continue;
       }
-      // Each of 11 specials appears in about n / 88 elements.
-      const int64_t each = n / 88;
+      const bool large = specials == FillSpecials::All;
+      if (!large) {
+        EXPECT_EQ(outside, 0);
+      }
+      // Each of the 11 (9) specials appears in about n / 88 (n / 72) elements.
+      const int64_t each = n / (large ? 88 : 72);
       EXPECT_GT(nan, each / 2);
       EXPECT_GT(pos_inf, each / 2);
       EXPECT_GT(neg_inf, each / 2);
       EXPECT_GT(neg_zero, each / 2);
-      // Told apart from uniform values here: NaN, +-inf, -0, 65504 and -3e38 (6 of the 11);
-      // in F16 -1e-40 also becomes -0 (7).
-      const double told_apart = dt == DType::F16 ? 7.0 : 6.0;
-      EXPECT_NEAR(double(nan + pos_inf + neg_inf + neg_zero + outside), double(n) / 8 * told_apart / 11, double(n) / 200);
+      // Told apart from uniform values here: NaN, +-inf, -0, and 65504 and -3e38 (6 of the
+      // 11; 4 of the 9); in F16 -1e-40 also becomes -0 (one more).
+      const double told_apart = (large ? 6.0 : 4.0) + (dt == DType::F16 ? 1.0 : 0.0);
+      EXPECT_NEAR(double(nan + pos_inf + neg_inf + neg_zero + outside), double(n) / 8 * told_apart / (large ? 11 : 9),
+                  double(n) / 200);
     }
 }
 

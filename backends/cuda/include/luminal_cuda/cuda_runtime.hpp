@@ -51,7 +51,7 @@ class CudaRuntime : public Runtime {
   void prepare(std::span<const luminal::Graph* const> programs) override;
   // F32/F16/BF16 profiling data is made on the device (a model's weights would take
   // minutes to make on the host); adversarial and integer data as the default does.
-  void fill_profiling_input(NodeId id, const Node& input, const DimMap& dims, uint64_t seed, bool adversarial) override;
+  void fill_profiling_input(NodeId id, const Node& input, const DimMap& dims, uint64_t seed, InputValues values) override;
   ProfileResult profile(const DimMap& dims, const ProfileOptions& options) override;
   void load_program(size_t slot, const luminal::Graph& program, std::vector<NodeId> external_ids) override;
   void set_tensor(NodeId input, HostTensor data) override;

@@ -96,11 +96,13 @@ void launch_kv_scatter(ModuleCache& cache, DType dtype, const KvCacheLayout& lay
                        StreamHandle stream);
 
 // ---- uniform random fill in [-scale, scale), deterministic in (seed, index) ----
-// adversarial: one element in 8 is a special value (+-0, +-inf, NaN, subnormal, F16 overflow).
+// With specials, one element in 8 is a special value instead (luminal::InputValues's list:
+// +-0, +-inf, NaN, +-1e-40, +-1, and with All also 65504 and -3e38).
+enum class FillSpecials : int { None = 0, All = 1, NoLargeMagnitudes = 2 };
 KernelSource fill_source(DType dtype);
 inline constexpr const char* kFillKernelName = "luminal_fill";
 void fill_uniform(ModuleCache& cache, DType dtype, DevicePtr out, int64_t count, uint32_t seed, float scale,
-                  StreamHandle stream, bool adversarial = false);
+                  StreamHandle stream, FillSpecials specials = FillSpecials::None);
 
 // Every variant a build can launch, for ahead-of-time compilation and the NVRTC tests.
 std::vector<KernelSource> all_kernel_sources();

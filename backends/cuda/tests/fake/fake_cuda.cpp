@@ -578,21 +578,22 @@ CUresult cuLaunchKernel(CUfunction fn, unsigned gx, unsigned gy, unsigned gz, un
     long long n;
     unsigned seed;
     float scale;
-    int adversarial;
+    int specials;
     std::memcpy(&out, params[0], 8);
     std::memcpy(&n, params[1], 8);
     std::memcpy(&seed, params[2], 4);
     std::memcpy(&scale, params[3], 4);
-    std::memcpy(&adversarial, params[4], 4);
+    std::memcpy(&specials, params[4], 4);
     const Kind k = f.dtype;
     submit(s, NodeType::Kernel, [=] {
-      static const double kSpecial[] = {0.0, -0.0, INFINITY, -INFINITY, NAN, 1e-40, -1e-40, 65504.0, -3.0e38, 1.0, -1.0};
+      static const double kSpecial[] = {0.0, -0.0, INFINITY, -INFINITY, NAN, 1e-40, -1e-40, 1.0, -1.0, 65504.0, -3.0e38};
       for (long long i = 0; i < n; ++i) {
         uint32_t h = static_cast<uint32_t>(i) * 2654435761u ^ seed * 40503u;
         h ^= h >> 13;
         h *= 0x5bd1e995u;
         h ^= h >> 15;
-        const double v = adversarial && (h & 7u) == 0 ? kSpecial[(h >> 3) % 11] : (2.0 * (h / 4294967296.0) - 1.0) * scale;
+        const double v = specials != 0 && (h & 7u) == 0 ? kSpecial[(h >> 3) % (specials == 1 ? 11 : 9)]
+                                                         : (2.0 * (h / 4294967296.0) - 1.0) * scale;
         store(host(out), i, v, k);
       }
     });
