@@ -15,10 +15,23 @@
 namespace luminal::cuda::api {
 namespace {
 
-// Candidate paths for a library: the plain soname first (ld.so.cache, LD_LIBRARY_PATH),
-// then the toolkit's own folders, for machines where the toolkit is not in the cache.
+// Candidate paths for a library, in order: LD_LIBRARY_PATH's folders (the user's explicit
+// choice), the toolkit's folders, then the plain soname (ld.so.cache, or a copy already in
+// the process). The toolkit comes before the plain soname because the kernels compile
+// against its headers, and because inside a PyTorch process the soname resolves to the
+// NVRTC that torch's wheel loaded at import: another version, which crashed inside
+// nvrtcCompileProgram there while the toolkit's compiled the same source.
 std::vector<std::string> candidates(const char* soname) {
-  std::vector<std::string> paths{soname};
+  std::vector<std::string> paths;
+  if (const char* dirs = std::getenv("LD_LIBRARY_PATH"); dirs && *dirs) {
+    std::string_view rest = dirs;
+    while (!rest.empty()) {
+      const size_t colon = rest.find(':');
+      const std::string dir(rest.substr(0, colon));
+      rest = colon == std::string_view::npos ? std::string_view() : rest.substr(colon + 1);
+      if (!dir.empty()) paths.push_back(dir + "/" + soname);
+    }
+  }
   for (const char* var : {"CUDA_HOME", "CUDA_PATH", "CUDA_ROOT"}) {
     if (const char* root = std::getenv(var); root && *root) {
       paths.push_back(std::string(root) + "/lib64/" + soname);
@@ -27,6 +40,7 @@ std::vector<std::string> candidates(const char* soname) {
   }
   paths.push_back(std::string("/usr/local/cuda/lib64/") + soname);
   paths.push_back(std::string("/usr/local/cuda/lib/") + soname);
+  paths.push_back(soname);
   return paths;
 }
 
@@ -40,10 +54,9 @@ void* open_library(const char* sonames, std::string& error) {
     rest = bar == std::string_view::npos ? std::string_view() : rest.substr(bar + 1);
     for (const std::string& path : candidates(soname.c_str())) {
       if (void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL)) return handle;
-      if (first_error.empty()) {
-        const char* why = dlerror();
-        first_error = why ? why : "unknown dlopen error";
-      }
+      // The error to report: the plain soname's (the loader's own search), else the first.
+      const char* why = dlerror();
+      if (first_error.empty() || path == soname) first_error = why ? why : "unknown dlopen error";
     }
   }
   const std::string_view all = sonames;
