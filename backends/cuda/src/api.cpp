@@ -18,9 +18,8 @@ namespace {
 // Candidate paths for a library, in order: LD_LIBRARY_PATH's folders (the user's explicit
 // choice), the toolkit's folders, then the plain soname (ld.so.cache, or a copy already in
 // the process). The toolkit comes before the plain soname because the kernels compile
-// against its headers, and because inside a PyTorch process the soname resolves to the
-// NVRTC that torch's wheel loaded at import: another version, which crashed inside
-// nvrtcCompileProgram there while the toolkit's compiled the same source.
+// against its headers (include_options), while inside a PyTorch process the soname
+// resolves to the NVRTC that torch's wheel loaded at import, possibly another version.
 std::vector<std::string> candidates(const char* soname) {
   std::vector<std::string> paths;
   if (const char* dirs = std::getenv("LD_LIBRARY_PATH"); dirs && *dirs) {
