@@ -400,3 +400,43 @@ def test_col2im_with_inconsistent_sizes_is_a_clear_error():
         g.tensor([1, 9, 1]).col2im((2, 2), (3, 3))
     with pytest.raises(luminal.Error, match="rank 3"):
         g.tensor([2, 1, 8, 20]).col2im((5, 6), (2, 2))
+
+
+# On CUDA, torch.export keeps F.scaled_dot_product_attention as the fused kernel PyTorch
+# picks there (efficient, flash or cuDNN attention), which core ATen does not decompose. The
+# translation is checked here on CPU (export traces these ops with meta kernels), against
+# PyTorch's math path: odd sizes, a query shorter than the keys (causal masks align
+# top-left), a float bias, an explicit scale.
+aten = torch.ops.aten
+
+
+class _FusedAttention(nn.Module):
+    def __init__(self, kind, causal, scale):
+        super().__init__()
+        self.kind, self.causal, self.scale = kind, causal, scale
+
+    def forward(self, q, k, v, bias):
+        if self.kind == "efficient":
+            return aten._scaled_dot_product_efficient_attention(q, k, v, bias, False, 0.0, self.causal,
+                                                               scale=self.scale)[0]
+        if self.kind == "cudnn":
+            return aten._scaled_dot_product_cudnn_attention(q, k, v, bias, False, 0.0, self.causal, False,
+                                                           scale=self.scale)[0]
+        return aten._scaled_dot_product_flash_attention(q, k, v, 0.0, self.causal, False, scale=self.scale)[0] + 0 * bias.sum()
+
+
+@pytest.mark.parametrize("kind,causal,with_bias,scale", [
+    ("efficient", False, True, 0.3), ("efficient", True, False, None), ("flash", True, False, None),
+    ("flash", False, False, 0.7), ("cudnn", False, True, None)])
+def test_fused_attention_ops_translate_to_the_math_they_compute(kind, causal, with_bias, scale):
+    torch.manual_seed(3)
+    q, k, v = torch.randn(2, 3, 5, 8), torch.randn(2, 3, 7, 8), torch.randn(2, 3, 7, 4) * 3
+    bias = torch.randn(2, 3, 5, 7) if with_bias else torch.zeros(2, 3, 5, 7)
+    if kind == "flash" and not causal:  # flash takes no bias
+        bias = torch.zeros(2, 3, 5, 7)
+    model = _FusedAttention(kind, causal, scale)
+    compiled = lt.compile(model, (q, k, v, bias))
+    want = torch.nn.functional.scaled_dot_product_attention(
+        q, k, v, attn_mask=bias if with_bias else None, is_causal=causal, scale=scale)
+    got = compiled(q, k, v, bias)
+    assert torch.allclose(got, want, atol=1e-5, rtol=1e-5), (got - want).abs().max()

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import torch
 
+import math
+
 import luminal
 
 aten = torch.ops.aten
@@ -636,6 +638,54 @@ register(aten._adaptive_avg_pool2d.default, aten.adaptive_avg_pool2d.default, at
          aten.adaptive_avg_pool1d.default)(_adaptive("adaptive_avg_pool", False))
 register(aten.adaptive_max_pool2d.default, aten.adaptive_max_pool1d.default, aten.adaptive_max_pool3d.default)(
     _adaptive("adaptive_max_pool", True))
+
+
+def _attention(t, q, k, v, attn_bias, is_causal, scale):
+    """softmax(q k^T * scale + bias) v over the last two axes, as PyTorch's math path: a
+    causal mask is top-left aligned (query i sees keys j <= i) and masks with -inf."""
+    e = q.shape[-1]
+    if scale is None:
+        if not e.is_constant():
+            unsupported("scaled_dot_product_attention with a symbolic head size and no scale")
+        scale = 1.0 / math.sqrt(int(e))
+    scores = q.matmul(k.transpose(-2, -1)) * scale
+    if is_causal:
+        length, keys = q.shape[-2], k.shape[-2]
+        z = luminal.Expression.var("z")
+        rows = t.g.iota(z, [length], DT.I64).reshape([length, 1])
+        cols = t.g.iota(z, [keys], DT.I64).reshape([1, keys])
+        scores = scores.masked_fill(cols.gt(rows), float("-inf"))
+    if attn_bias is not None:
+        if attn_bias.dtype == DT.Bool:
+            unsupported("scaled_dot_product_attention's fused kernels with a boolean attn_bias")
+        scores = scores + attn_bias
+    return scores.softmax(scores.rank - 1).matmul(v)
+
+
+# On CUDA, torch.export keeps SDPA as the fused kernel PyTorch would pick (no core ATen
+# decomposition exists for these): translated to the math they compute. Only the output is
+# translated; the other results (log-sum-exp, RNG state, sequence bookkeeping) are for the
+# backward pass, which an inference graph never reads.
+@register(aten._scaled_dot_product_efficient_attention.default)
+def _sdpa_efficient(t, node, q, k, v, attn_bias, compute_log_sumexp, dropout_p=0.0, is_causal=False, *, scale=None):
+    if dropout_p:
+        unsupported("scaled_dot_product_attention with dropout (training)")
+    return _attention(t, q, k, v, attn_bias, is_causal, scale), None, None, None
+
+
+@register(aten._scaled_dot_product_flash_attention.default)
+def _sdpa_flash(t, node, q, k, v, dropout_p=0.0, is_causal=False, return_debug_mask=False, *, scale=None):
+    if dropout_p:
+        unsupported("scaled_dot_product_attention with dropout (training)")
+    return (_attention(t, q, k, v, None, is_causal, scale),) + (None,) * 8
+
+
+@register(aten._scaled_dot_product_cudnn_attention.default)
+def _sdpa_cudnn(t, node, q, k, v, attn_bias, compute_log_sumexp, dropout_p=0.0, is_causal=False,
+                return_debug_mask=False, *, scale=None):
+    if dropout_p:
+        unsupported("scaled_dot_product_attention with dropout (training)")
+    return (_attention(t, q, k, v, attn_bias, is_causal, scale),) + (None,) * 8
 
 
 @register(aten.native_layer_norm.default)
