@@ -752,9 +752,57 @@ bool contains_reduce(const std::vector<Stmt>& stmts) {
   return std::any_of(stmts.begin(), stmts.end(), [](const Stmt& s) { return s.kind == StmtKind::Reduce; });
 }
 
+// A loop variable divided by its own extent: `$r % E` is `$r` and `$r / E` is 0, since
+// 0 <= $r < E. Views flattened over a dynamic axis leave these in index arithmetic (the
+// causal mask of attention over (p + s) keys), where the simplifier cannot see the loop's
+// bound, and a division by a run-time value in every element kept such loops scalar.
+using Extents = std::map<std::string, Expression, std::less<>>;
+Expression within_extents(const Expression& e, const Extents& extents) {
+  const auto kids = e.children();
+  if (kids.empty()) return e;
+  if ((e.kind() == ExprKind::Mod || e.kind() == ExprKind::Div) && kids[0].kind() == ExprKind::Var) {
+    auto it = extents.find(kids[0].var_name());
+    if (it != extents.end() && it->second == kids[1]) return e.kind() == ExprKind::Mod ? kids[0] : Expression(0);
+  }
+  std::vector<Expression> rebuilt;
+  bool changed = false;
+  for (const auto& kid : kids) {
+    rebuilt.push_back(within_extents(kid, extents));
+    changed |= !(rebuilt.back() == kid);
+  }
+  return changed ? Expression::raw(e.kind(), rebuilt).simplify() : e;
+}
+void fold_loop_extents(std::vector<Stmt>& stmts, const Extents& extents) {
+  for (auto& s : stmts) {
+    for (Expression* x : {&s.index, &s.guard, &s.position, &s.axis_base, &s.axis_stride, &s.axis_size})
+      *x = within_extents(*x, extents);
+    if (s.kind == StmtKind::Reduce) {
+      Extents inner = extents;
+      inner["$r" + std::to_string(s.loop)] = s.index;
+      fold_loop_extents(s.body, inner);
+    }
+  }
+}
+
+std::optional<Kernel> lower_unfolded(const Region& region);
+
 }  // namespace
 
 std::optional<Kernel> lower(const Region& region) {
+  auto k = lower_unfolded(region);
+  if (!k) return k;
+  for (auto& p : k->phases) {
+    const Extents row_scope = {{std::string(kRowVar), p.rows}};
+    Extents col_scope = row_scope;
+    col_scope[std::string(kColVar)] = p.cols;
+    fold_loop_extents(p.row_body, row_scope);
+    fold_loop_extents(p.col_body, col_scope);
+  }
+  return k;
+}
+
+namespace {
+std::optional<Kernel> lower_unfolded(const Region& region) {
   const Graph& g = region.graph;
   auto outs = g.outputs();
   LUMINAL_CHECK(outs.size() == 1, "lower: a region has exactly one Output node, found ", outs.size());
@@ -823,6 +871,7 @@ std::optional<Kernel> lower(const Region& region) {
   }
   return std::nullopt;
 }
+}  // namespace
 
 // ---- printer ----
 namespace {

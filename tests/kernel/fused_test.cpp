@@ -235,6 +235,26 @@ TEST(KernelFused, OnlyPolynomialStepsUseFusedMultiplyAdd) {
   batch.run(test_compiler());
 }
 
+// A loop variable divided by its own extent folds away (`$r % E` is `$r`, `$r / E` is 0):
+// a causal mask built from an iota over the flattened (seq, keys) index, with keys a
+// dynamic dim, left a division by `keys` in every element of the softmax's loops.
+TEST(KernelFused, LoopVariablesDividedByTheirExtentFold) {
+  const Expression keys = Expression::var("keys"), z = Expression::index();
+  Graph cx;
+  auto x = cx.tensor({kSeq, keys});
+  auto mask = cx.iota(lt(z % keys, z / keys % kSeq + 2), {kSeq, keys}).cast(DType::F32);
+  (x + (mask - 1.0) * 1e9).softmax(1).output();
+  auto k = lower(Region{cx});
+  ASSERT_TRUE(k);
+  const std::string ir = to_string(*k);
+  EXPECT_EQ(ir.find("%keys"), std::string::npos) << ir;
+  EXPECT_EQ(ir.find("/keys"), std::string::npos) << ir;
+  Batch batch;
+  batch.add("causal softmax over dynamic keys", Region{cx},
+            {{{"seq", 3}, {"keys", 5}}, {{"seq", 4}, {"keys", 70}}, {{"seq", 2}, {"keys", 1}}}, plain_data);
+  batch.run(test_compiler());
+}
+
 TEST(KernelFused, RefusesReductionsThatWouldBeRecomputed) {
   {
     // Softmax over a leading axis: the reduced values vary along the column.
