@@ -645,7 +645,11 @@ class Emitter {
       std::string wide = is_float(from) ? "lm_f2i((double)" + x + ")" : "(long long)" + x;
       return "(" + std::string(value_type(to)) + ")" + wide;
     }
-    std::string wide = is_float(from) ? x : "(double)(long long)" + x;
+    // Integers go through double, as in the reference; one of 32 bits or fewer is exact in
+    // double, so converting it directly rounds once to the same value (and vectorises in
+    // 16 lanes, where the int64 -> double -> float route took 8 and kept a masked
+    // softmax's loops scalar).
+    std::string wide = is_float(from) || from != DType::I64 ? x : "(double)(long long)" + x;
     if (is_half_float(to)) return round_half(to, "(float)" + wide);
     return "(" + std::string(value_type(to)) + ")" + wide;
   }

@@ -235,10 +235,11 @@ TEST(KernelFused, OnlyPolynomialStepsUseFusedMultiplyAdd) {
   batch.run(test_compiler());
 }
 
-// A loop variable divided by its own extent folds away (`$r % E` is `$r`, `$r / E` is 0):
-// a causal mask built from an iota over the flattened (seq, keys) index, with keys a
-// dynamic dim, left a division by `keys` in every element of the softmax's loops.
-TEST(KernelFused, LoopVariablesDividedByTheirExtentFold) {
+// A loop variable divided by its own extent folds away (`$r % E` is `$r`, `$r / E` is 0),
+// and divisions that depend only on the row are computed once per row: a causal mask
+// built from an iota over the flattened (seq, keys) index, with keys a dynamic dim, left
+// divisions by run-time values in every element of the softmax's loops.
+TEST(KernelFused, LoopVariablesDividedByTheirExtentFoldAndRowDivisionsAreHoisted) {
   const Expression keys = Expression::var("keys"), z = Expression::index();
   Graph cx;
   auto x = cx.tensor({kSeq, keys});
@@ -249,6 +250,25 @@ TEST(KernelFused, LoopVariablesDividedByTheirExtentFold) {
   const std::string ir = to_string(*k);
   EXPECT_EQ(ir.find("%keys"), std::string::npos) << ir;
   EXPECT_EQ(ir.find("/keys"), std::string::npos) << ir;
+  // What is left, `$row % seq`, is computed once per row (an Index statement of the row),
+  // not in the loops over the keys.
+  auto divides_in_loops = [](const std::vector<Stmt>& stmts, auto&& self) -> bool {
+    for (const auto& st : stmts) {
+      for (const Expression* x : {&st.index, &st.guard}) {
+        const std::string t = x->to_string();
+        if (t.find('%') != std::string::npos || t.find('/') != std::string::npos) return true;
+      }
+      if (self(st.body, self)) return true;
+    }
+    return false;
+  };
+  for (const auto& st : k->phases[0].row_body) {
+    if (st.kind == StmtKind::Reduce) {
+      EXPECT_FALSE(divides_in_loops(st.body, divides_in_loops)) << ir;
+    }
+  }
+  EXPECT_FALSE(divides_in_loops(k->phases[0].col_body, divides_in_loops)) << ir;
+  EXPECT_NE(ir.find("%seq"), std::string::npos) << ir;  // in the row's statements
   Batch batch;
   batch.add("causal softmax over dynamic keys", Region{cx},
             {{{"seq", 3}, {"keys", 5}}, {{"seq", 4}, {"keys", 70}}, {{"seq", 2}, {"keys", 1}}}, plain_data);
