@@ -380,6 +380,20 @@ class Emitter {
         close();
         if (p.copies_input >= 0) close();
       }
+    } else if (k_.geometry == Geometry::Elementwise && k_.row_block > 0) {
+      // Blocks of the last dim (Kernel::row_block): `$row` is lm_o * W + lm_i, with the
+      // expressions simplified for that (a broadcast read becomes contiguous in lm_i).
+      const std::string w = std::to_string(k_.row_block) + "LL";
+      open("for (long long lm_o = begin / " + w + "; lm_o * " + w + " < end; ++lm_o) {");
+      line("const long long lm_lo = begin > lm_o * " + w + " ? begin - lm_o * " + w + " : 0;");
+      line("const long long lm_hi = end - lm_o * " + w + " < " + w + " ? end - lm_o * " + w + " : " + w + ";");
+      line("#pragma omp simd");
+      open("for (long long lm_i = lm_lo; lm_i < lm_hi; ++lm_i) {");
+      row_block_ = k_.row_block;
+      phase_body(k_.phases[0]);
+      row_block_ = 0;
+      close();
+      close();
     } else {
       // Elementwise rows are independent (one element each): a SIMD loop.
       if (k_.geometry == Geometry::Elementwise) line("#pragma omp simd");
@@ -673,7 +687,12 @@ class Emitter {
   }
   std::string zero(DType dt) const { return "(" + std::string(value_type(dt)) + ")0"; }
 
-  std::string expr(const Expression& e) const {
+  std::string expr(const Expression& given) const {
+    Expression e = given;
+    if (row_block_ > 0 && e.depends_on(kRowVar))
+      e = fold_loop_extent(
+          e.substitute(kRowVar, Expression::var("$lm_o") * row_block_ + Expression::var("$lm_i")).simplify(), "$lm_i",
+          row_block_);
     return e.to_c([this](const std::string& name) -> std::string {
       if (!name.empty() && name[0] == '$') return name.substr(1);
       for (size_t i = 0; i < k_.dim_names.size(); ++i)
@@ -752,6 +771,7 @@ class Emitter {
 
   const Kernel& k_;
   const Dialect& d_;
+  int64_t row_block_ = 0;  // inside an elementwise kernel's blocked loop (Kernel::row_block)
   std::string name_;
   std::ostringstream os_;
   std::vector<DType> types_;

@@ -855,6 +855,10 @@ std::optional<Kernel> lower_unfolded(const Region& region);
 
 }  // namespace
 
+Expression fold_loop_extent(const Expression& e, const std::string& var, const Expression& extent) {
+  return within_extents(e, Extents{{var, extent}});
+}
+
 std::optional<Kernel> lower(const Region& region) {
   auto k = lower_unfolded(region);
   if (!k) return k;
@@ -939,6 +943,9 @@ std::optional<Kernel> lower_unfolded(const Region& region) {
       k.geometry = Geometry::Elementwise;
       k.block_x = 256;
       k.grid_x = ceil_div(rows, k.block_x);
+      // Blocks of the last dim when it is static, at least a vector wide and not the whole.
+      const auto w = rank >= 2 ? o.shape[rank - 1].as_constant() : std::nullopt;
+      if (w && *w >= 16 && !(rows == Expression(*w))) k.row_block = *w;
     } else {
       k.geometry = Geometry::WarpPerRow;
       k.block_x = 256;

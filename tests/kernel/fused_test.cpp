@@ -275,6 +275,49 @@ TEST(KernelFused, LoopVariablesDividedByTheirExtentFoldAndRowDivisionsAreHoisted
   batch.run(test_compiler());
 }
 
+// An elementwise kernel runs in blocks of its output's last dim (Kernel::row_block) on the
+// CPU: a bias broadcast over the rows is read at the block's index, contiguously, instead
+// of at `$row % 32` (a gather). Blocks cut by the thread split (the harness runs the range
+// in two halves: 3 x 48 splits inside a block) and views of every kind give the reference's values.
+TEST(KernelFused, ElementwiseKernelsRunInBlocksOfTheLastDim) {
+  Batch batch;
+  {
+    Graph cx;
+    auto x = cx.tensor({kSeq, 32});
+    auto bias = cx.tensor({32});
+    ((x + bias.expand({kSeq, 32})) * 0.5).output();
+    auto k = lower(Region{cx});
+    ASSERT_TRUE(k);
+    EXPECT_EQ(k->geometry, Geometry::Elementwise);
+    EXPECT_EQ(k->row_block, 32);
+    const std::string src = emit_cpp(*k, "k");
+    EXPECT_NE(src.find("in1[((long long)(lm_i))]"), std::string::npos) << src;
+    batch.add("bias over rows", Region{cx}, kSeqDims);
+  }
+  for (ViewKind v : kViewKinds) {
+    Graph cx;  // (seq, 48) read through each view kind
+    auto x = viewed_input(cx, DType::F32, v, kSeq, 48);
+    NodeId xin = add_op(cx, OpKind::Mul, DType::F32, {kSeq, 48}, {x, x});
+    add_output(cx, xin);
+    auto k = lower(Region{cx});
+    ASSERT_TRUE(k);
+    EXPECT_EQ(k->row_block, 48) << view_name(v);
+    batch.add(std::string("view ") + view_name(v), Region{cx}, kSeqDims);
+  }
+  {
+    Graph cx;  // rank 3, the row's middle dim broadcast; a last dim below 16 keeps one loop
+    auto x = cx.tensor({kSeq, 3, 16});
+    auto y = cx.tensor({kSeq, 1, 16});
+    (x * y.expand({kSeq, 3, 16}) + x.sin()).output();
+    EXPECT_EQ(lower(Region{cx})->row_block, 16);
+    batch.add("rank 3 broadcast", Region{cx}, kSeqDims);
+    Graph small;
+    (small.tensor({kSeq, 8}) * 2.0).output();
+    EXPECT_EQ(lower(Region{small})->row_block, 0);
+  }
+  batch.run(test_compiler());
+}
+
 TEST(KernelFused, RefusesReductionsThatWouldBeRecomputed) {
   {
     // Softmax over a leading axis: the reduced values vary along the column.
