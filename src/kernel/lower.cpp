@@ -756,7 +756,27 @@ bool contains_reduce(const std::vector<Stmt>& stmts) {
 // 0 <= $r < E. Views flattened over a dynamic axis leave these in index arithmetic (the
 // causal mask of attention over (p + s) keys), where the simplifier cannot see the loop's
 // bound, and a division by a run-time value in every element kept such loops scalar.
+// More generally, for a constant extent W and a divisor n that W divides, `(W*X + $r) / n`
+// is `X / (n/W)` and `(W*X + $r) % n` is `(X % (n/W))*W + $r` (the blocks of W never cross a
+// multiple of n): a table read per block in a blocked elementwise loop (RoPE's cos/sin at
+// `($i + 32*$o) / 512`) becomes invariant in the inner loop instead of a gather.
 using Extents = std::map<std::string, Expression, std::less<>>;
+std::optional<Expression> fold_block_division(ExprKind kind, const Expression& a, const Expression& n,
+                                              const Extents& extents) {
+  const auto nc = n.as_constant();
+  if (!nc || *nc <= 0) return std::nullopt;
+  for (const auto& [name, extent] : extents) {
+    const auto w = extent.as_constant();
+    if (!w || *w <= 1 || *nc % *w != 0 || !a.depends_on(name)) continue;
+    const Expression var = Expression::var(name), rest = a - var;
+    if (rest.depends_on(name)) continue;  // not a plain + $r
+    const Expression x = rest / *w;
+    if (!(x * *w == rest)) continue;      // not a multiple of W
+    if (kind == ExprKind::Div) return x / (*nc / *w);
+    return x % (*nc / *w) * *w + var;
+  }
+  return std::nullopt;
+}
 Expression within_extents(const Expression& e, const Extents& extents) {
   const auto kids = e.children();
   if (kids.empty()) return e;
@@ -764,6 +784,8 @@ Expression within_extents(const Expression& e, const Extents& extents) {
     auto it = extents.find(kids[0].var_name());
     if (it != extents.end() && it->second == kids[1]) return e.kind() == ExprKind::Mod ? kids[0] : Expression(0);
   }
+  if (e.kind() == ExprKind::Mod || e.kind() == ExprKind::Div)
+    if (auto folded = fold_block_division(e.kind(), kids[0], kids[1], extents)) return within_extents(*folded, extents);
   std::vector<Expression> rebuilt;
   bool changed = false;
   for (const auto& kid : kids) {

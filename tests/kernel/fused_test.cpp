@@ -318,6 +318,41 @@ TEST(KernelFused, ElementwiseKernelsRunInBlocksOfTheLastDim) {
   batch.run(test_compiler());
 }
 
+// fold_loop_extent: with 0 <= i < W, `(W*X + i) / n` is `X / (n/W)` and `(W*X + i) % n` is
+// `(X % (n/W))*W + i` when W divides n (RoPE's table read per block). Checked numerically
+// over negative and positive X, with a dim in X, against the unfolded expression; a
+// coefficient W does not divide (the blocks then cross multiples of n) must stay exact too.
+TEST(KernelFused, BlockDivisionsFoldExactly) {
+  const Expression i = Expression::var("$i"), o = Expression::var("$o"), d = Expression::var("d");
+  struct Case {
+    Expression e;
+    int64_t w;
+    bool folds;
+  };
+  const std::vector<Case> cases = {
+      {(i + o * 32) / 512, 32, true},       {(i + o * 32) % 512, 32, true},
+      {(i + o * 64 + d * 128) / 128, 64, true}, {(o * 96 + i - 96) % 192, 96, true},
+      {(i + o * 32) / 512, 64, false},      {(i + o * 16) % 64, 32, false},
+      {(i * 2 + o * 32) / 64, 32, false},
+  };
+  auto divides_i = [](const Expression& e, auto&& self) -> bool {
+    if ((e.kind() == ExprKind::Div || e.kind() == ExprKind::Mod) && e.children()[0].depends_on("$i")) return true;
+    for (const auto& kid : e.children())
+      if (self(kid, self)) return true;
+    return false;
+  };
+  for (const auto& c : cases) {
+    const Expression f = fold_loop_extent(c.e, "$i", c.w);
+    EXPECT_EQ(divides_i(f, divides_i), !c.folds) << c.e.to_string() << " -> " << f.to_string();
+    for (int64_t ov = -50; ov <= 50; ++ov)
+      for (int64_t dv : {0, 3})
+        for (int64_t iv = 0; iv < c.w; ++iv) {
+          const DimMap at = {{"$i", iv}, {"$o", ov}, {"d", dv}};
+          ASSERT_EQ(f.eval(at), c.e.eval(at)) << c.e.to_string() << " -> " << f.to_string() << " at i=" << iv << " o=" << ov;
+        }
+  }
+}
+
 TEST(KernelFused, RefusesReductionsThatWouldBeRecomputed) {
   {
     // Softmax over a leading axis: the reduced values vary along the column.
