@@ -292,11 +292,12 @@ std::string_view accumulator_type(OpKind op, DType dt) {
   if (!is_float(dt)) return "long long";
   return op == OpKind::SumReduce ? "double" : value_type(dt);
 }
-bool contains_reduce(const std::vector<Stmt>& stmts) {
+bool contains_kind(const std::vector<Stmt>& stmts, StmtKind kind) {
   for (const auto& s : stmts)
-    if (s.kind == StmtKind::Reduce || contains_reduce(s.body)) return true;
+    if (s.kind == kind || contains_kind(s.body, kind)) return true;
   return false;
 }
+bool contains_reduce(const std::vector<Stmt>& stmts) { return contains_kind(stmts, StmtKind::Reduce); }
 
 // Float spellings of the primitive ops: a function name, or an infix operator.
 struct Spelling {
@@ -546,8 +547,14 @@ class Emitter {
     // order-free except for the sign of a zero maximum (the first zero's, as in the
     // reference): that case, and NaN, are settled after the loop.
     const bool simd = !d_.cuda && is_float(s.dtype) && s.dtype != DType::F64 && !contains_reduce(s.body);
-    if (simd && sum) {
+    if (simd && sum && !contains_kind(s.body, StmtKind::Bound)) {
       blocked_sum(s, acc, r);
+    } else if (simd && sum) {  // checked gathers report the first bad index in order
+      line("#pragma omp simd reduction(+:" + acc + ")");
+      open(header);
+      stmts(s.body);
+      line(acc + " = " + acc + " + " + x + ";");
+      close();
     } else if (simd) {
       const std::string nan = acc + "_nan", xv = acc + "_x";
       line("int " + nan + " = 0;");
@@ -661,8 +668,8 @@ class Emitter {
     }
     // Integers go through double, as in the reference; one of 32 bits or fewer is exact in
     // double, so converting it directly rounds once to the same value (and vectorises in
-    // 16 lanes, where the int64 -> double -> float route took 8 and kept a masked
-    // softmax's loops scalar).
+    // 16 lanes, where the int64 -> double -> float route took 8: a masked softmax's max
+    // loop stayed scalar).
     std::string wide = is_float(from) || from != DType::I64 ? x : "(double)(long long)" + x;
     if (is_half_float(to)) return round_half(to, "(float)" + wide);
     return "(" + std::string(value_type(to)) + ")" + wide;
