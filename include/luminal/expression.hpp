@@ -76,8 +76,8 @@ class Expression {
 
   std::string to_string() const;       // readable infix, e.g. "(seq*4 + z)"
   // C/CUDA source: uses int64 arithmetic, floor semantics through helper macros
-  // lm_floordiv/lm_floormod/lm_min/lm_max (see c_prelude()); `var_name` maps
-  // variable names to C identifiers.
+  // lm_floordiv/lm_floormod/lm_min/lm_max (see c_prelude()), or `>>` and `&` for a
+  // constant power-of-two divisor; `var_name` maps variable names to C identifiers.
   std::string to_c(const std::function<std::string(const std::string&)>& var_name = {}) const;
   static std::string c_prelude();
 

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <bit>
 #include <limits>
 #include <mutex>
 #include <numeric>
@@ -1468,6 +1469,18 @@ void emit_c(std::ostream& os, const ExprNode* n, const std::function<std::string
     case ExprKind::Div:
     case ExprKind::Mod:
     case ExprKind::CeilDiv:
+      // By a power of two (a constant 2^k, k >= 1): floor division is an arithmetic shift and
+      // floor modulo a mask, exactly, for every sign of the dividend. The helpers' sign tests
+      // kept such index arithmetic (RoPE's halves, heads) from vectorising.
+      if (n->kind != ExprKind::CeilDiv && n->kids[1].kind() == ExprKind::Num && n->kids[1].constant_value() > 1 &&
+          std::has_single_bit(static_cast<uint64_t>(n->kids[1].constant_value()))) {
+        const int64_t b = n->kids[1].constant_value();
+        os << '(';
+        kid(0);
+        if (n->kind == ExprKind::Div) os << " >> " << std::countr_zero(static_cast<uint64_t>(b)) << ')';
+        else os << " & " << b - 1 << "LL)";
+        return;
+      }
       os << (n->kind == ExprKind::Div ? "lm_floordiv(" : (n->kind == ExprKind::Mod ? "lm_floormod(" : "lm_ceildiv("));
       kid(0);
       os << ", ";
@@ -1535,16 +1548,16 @@ std::string Expression::c_prelude() {
 #else
 #define LM_EXPR_FN static inline
 #endif
-/* Floor division / modulo (Python semantics: the modulo has the sign of the divisor). */
+/* Floor division / modulo (Python semantics: the modulo has the sign of the divisor).
+   Branch-free: a select inside a vector loop (the causal mask's p + row % s) stopped GCC
+   from vectorising it. */
 LM_EXPR_FN long long lm_floordiv(long long a, long long b) {
-  long long q = a / b;
-  if ((a % b != 0) && ((a < 0) != (b < 0))) q -= 1;
-  return q;
+  const long long q = a / b, r = a - q * b;
+  return q - (long long)((r != 0) & ((r ^ b) < 0));
 }
 LM_EXPR_FN long long lm_floormod(long long a, long long b) {
-  long long r = a % b;
-  if (r != 0 && ((r < 0) != (b < 0))) r += b;
-  return r;
+  const long long r = a % b;
+  return r + (b & -(long long)((r != 0) & ((r ^ b) < 0)));
 }
 LM_EXPR_FN long long lm_ceildiv(long long a, long long b) { return -lm_floordiv(-a, b); }
 LM_EXPR_FN long long lm_min(long long a, long long b) { return a < b ? a : b; }

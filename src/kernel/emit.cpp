@@ -38,8 +38,15 @@ constexpr std::string_view kExpLog2Float = R"(/* exp2 and log2 of a float, evalu
 #define LM_FMAF(a, b, c) ((a) * (b) + (c))
 #endif
 LM_FN float lm_exp2f(float x) {
-  x = x < -151.0f ? -151.0f : x; /* 2^-151 rounds to 0 and 2^129 to inf; NaN passes */
-  x = x > 129.0f ? 129.0f : x;
+  /* x clamped to [-151, 129] (2^-151 rounds to 0 and 2^129 to inf) by integer minima of its
+     bits, one instruction each: as unsigned, every x below -151 (-inf included) lies above
+     -151's bits and every positive x below them; as signed, every x above 129 lies above
+     129's bits and every negative x below them. Float selects against constants cost GCC
+     ten mask operations (it pushes each select into the arithmetic after it). The minima
+     also turn a NaN into a bound, so a NaN input is returned at the end (a masked multiply). */
+  const float input = x;
+  const unsigned low = LM_F2U(x) < 0xc3170000u ? LM_F2U(x) : 0xc3170000u; /* -151 */
+  x = LM_U2F((unsigned)((int)low < 0x43010000 ? (int)low : 0x43010000));  /* 129 */
   const float shifter = 12582912.0f; /* 1.5 * 2^23: adding it rounds to an integer */
   const float t = x + shifter;
   const float f = x - (t - shifter); /* in [-0.5, 0.5], exact */
@@ -56,7 +63,8 @@ LM_FN float lm_exp2f(float x) {
      instructions; n1, n2 in [-76, 65], so both factors and p * 2^n1 are normal). */
   const int n = (int)(LM_F2U(t) - LM_F2U(shifter));
   const int n1 = n >> 1, n2 = n - n1;
-  return p * LM_U2F((unsigned)(n1 + 127) << 23) * LM_U2F((unsigned)(n2 + 127) << 23);
+  const float r = p * LM_U2F((unsigned)(n1 + 127) << 23) * LM_U2F((unsigned)(n2 + 127) << 23);
+  return input != input ? input : r;
 }
 LM_FN float lm_log2f(float x) {
   const bool tiny = x < 1.17549435e-38f; /* subnormals are scaled by 2^23 first */
@@ -284,11 +292,12 @@ std::string_view accumulator_type(OpKind op, DType dt) {
   if (!is_float(dt)) return "long long";
   return op == OpKind::SumReduce ? "double" : value_type(dt);
 }
-bool contains_reduce(const std::vector<Stmt>& stmts) {
+bool contains_kind(const std::vector<Stmt>& stmts, StmtKind kind) {
   for (const auto& s : stmts)
-    if (s.kind == StmtKind::Reduce || contains_reduce(s.body)) return true;
+    if (s.kind == kind || contains_kind(s.body, kind)) return true;
   return false;
 }
+bool contains_reduce(const std::vector<Stmt>& stmts) { return contains_kind(stmts, StmtKind::Reduce); }
 
 // Float spellings of the primitive ops: a function name, or an infix operator.
 struct Spelling {
@@ -372,6 +381,20 @@ class Emitter {
         close();
         if (p.copies_input >= 0) close();
       }
+    } else if (k_.geometry == Geometry::Elementwise && k_.row_block > 0) {
+      // Blocks of the last dim (Kernel::row_block): `$row` is lm_o * W + lm_i, with the
+      // expressions simplified for that (a broadcast read becomes contiguous in lm_i).
+      const std::string w = std::to_string(k_.row_block) + "LL";
+      open("for (long long lm_o = begin / " + w + "; lm_o * " + w + " < end; ++lm_o) {");
+      line("const long long lm_lo = begin > lm_o * " + w + " ? begin - lm_o * " + w + " : 0;");
+      line("const long long lm_hi = end - lm_o * " + w + " < " + w + " ? end - lm_o * " + w + " : " + w + ";");
+      line("#pragma omp simd");
+      open("for (long long lm_i = lm_lo; lm_i < lm_hi; ++lm_i) {");
+      row_block_ = k_.row_block;
+      phase_body(k_.phases[0]);
+      row_block_ = 0;
+      close();
+      close();
     } else {
       // Elementwise rows are independent (one element each): a SIMD loop.
       if (k_.geometry == Geometry::Elementwise) line("#pragma omp simd");
@@ -518,12 +541,15 @@ class Emitter {
                                      : "for (long long " + r + " = 0; " + r + " < " + expr(s.index) + "; ++" + r + ") {";
     std::string x = "(" + at + ")" + val(s.args[0]);
     // C++: an innermost reduction of a single-precision value runs as a SIMD loop (lanes
-    // of partial results). Sums accumulate in double, so reordering them changes the
-    // rounded result only in rare cancellations; F64 sums keep their order. A maximum is
+    // of partial results). Sums accumulate in double (long ones by groups of four added in
+    // float: blocked_sum), so reordering them changes the rounded result only in rare
+    // cancellations; F64 sums keep their order. A maximum is
     // order-free except for the sign of a zero maximum (the first zero's, as in the
     // reference): that case, and NaN, are settled after the loop.
     const bool simd = !d_.cuda && is_float(s.dtype) && s.dtype != DType::F64 && !contains_reduce(s.body);
-    if (simd && sum) {
+    if (simd && sum && !contains_kind(s.body, StmtKind::Bound)) {
+      blocked_sum(s, acc, r);
+    } else if (simd && sum) {  // checked gathers report the first bad index in order
       line("#pragma omp simd reduction(+:" + acc + ")");
       open(header);
       stmts(s.body);
@@ -561,6 +587,50 @@ class Emitter {
     line("const " + std::string(value_type(s.dtype)) + " v" + std::to_string(s.value) + " = " + result + ";");
   }
 
+  // A single-precision sum of kBlockedSumMin or more elements: a SIMD loop over groups of
+  // four, one element from each quarter of the range, added in float as (x0 + x1) + (x2 + x3),
+  // and the group's sum in double. Converting every element to double cost a fifth of
+  // softmax's time (two conversions and two double adds per 16 floats, against one float add
+  // per group member here); the two float roundings add at most 2^-23 of the four magnitudes,
+  // so a sum stays within ~1.2e-7 of sum(|x|) of the all-double one. Shorter sums (and the
+  // last n % 4 elements) add every element in double, as before.
+  static constexpr int kBlockedSumMin = 64;
+  void blocked_sum(const Stmt& s, const std::string& acc, const std::string& r) {
+    const std::string n = acc + "_n", q = acc + "_q", g = acc + "_g", vt(value_type(type_of(s.args[0])));
+    open("{");
+    line("const long long " + n + " = " + expr(s.index) + ";");
+    line("const long long " + q + " = " + n + " >= " + std::to_string(kBlockedSumMin) + " ? " + n + " / 4 : 0;");
+    line("#pragma omp simd reduction(+:" + acc + ")");
+    open("for (long long " + g + " = 0; " + g + " < " + q + "; ++" + g + ") {");
+    line(vt + " " + acc + "_0, " + acc + "_1, " + acc + "_2, " + acc + "_3;");
+    for (int part = 0; part < 4; ++part) {
+      const std::string k = std::to_string(part);
+      open("{");
+      line("const long long " + r + " = " + g + " + " + k + " * " + q + ";");
+      stmts(s.body);
+      line(acc + "_" + k + " = " + val(s.args[0]) + ";");
+      close();
+    }
+    line(acc + " = " + acc + " + (double)((" + acc + "_0 + " + acc + "_1) + (" + acc + "_2 + " + acc + "_3));");
+    close();
+    line("#pragma omp simd reduction(+:" + acc + ")");
+    open("for (long long " + r + " = 4 * " + q + "; " + r + " < " + n + "; ++" + r + ") {");
+    stmts(s.body);
+    line(acc + " = " + acc + " + (double)" + val(s.args[0]) + ";");
+    close();
+    // A group's float sum can overflow where the double sum does not (3e38 + 3e38 - 3e38):
+    // a sum that came out infinite or NaN is added again element by element in double
+    // (an infinite or NaN element gives the same result; its row's terms are computed twice).
+    open("if (" + q + " > 0 && !(" + acc + " - " + acc + " == 0)) {");
+    line(acc + " = 0;");
+    open("for (long long " + r + " = 0; " + r + " < " + n + "; ++" + r + ") {");
+    stmts(s.body);
+    line(acc + " = " + acc + " + (double)" + val(s.args[0]) + ";");
+    close();
+    close();
+    close();
+  }
+
   std::string scratch_ref(const Stmt& s) const {
     return "lm_scratch" + std::to_string(s.buffer) + "[" + (lanes() ? "(" + expr(s.index) + ") >> 5" : expr(s.index)) + "]";
   }
@@ -596,7 +666,11 @@ class Emitter {
       std::string wide = is_float(from) ? "lm_f2i((double)" + x + ")" : "(long long)" + x;
       return "(" + std::string(value_type(to)) + ")" + wide;
     }
-    std::string wide = is_float(from) ? x : "(double)(long long)" + x;
+    // Integers go through double, as in the reference; one of 32 bits or fewer is exact in
+    // double, so converting it directly rounds once to the same value (and vectorises in
+    // 16 lanes, where the int64 -> double -> float route took 8: a masked softmax's max
+    // loop stayed scalar).
+    std::string wide = is_float(from) || from != DType::I64 ? x : "(double)(long long)" + x;
     if (is_half_float(to)) return round_half(to, "(float)" + wide);
     return "(" + std::string(value_type(to)) + ")" + wide;
   }
@@ -620,7 +694,12 @@ class Emitter {
   }
   std::string zero(DType dt) const { return "(" + std::string(value_type(dt)) + ")0"; }
 
-  std::string expr(const Expression& e) const {
+  std::string expr(const Expression& given) const {
+    Expression e = given;
+    if (row_block_ > 0 && e.depends_on(kRowVar))
+      e = fold_loop_extent(
+          e.substitute(kRowVar, Expression::var("$lm_o") * row_block_ + Expression::var("$lm_i")).simplify(), "$lm_i",
+          row_block_);
     return e.to_c([this](const std::string& name) -> std::string {
       if (!name.empty() && name[0] == '$') return name.substr(1);
       for (size_t i = 0; i < k_.dim_names.size(); ++i)
@@ -699,6 +778,7 @@ class Emitter {
 
   const Kernel& k_;
   const Dialect& d_;
+  int64_t row_block_ = 0;  // inside an elementwise kernel's blocked loop (Kernel::row_block)
   std::string name_;
   std::ostringstream os_;
   std::vector<DType> types_;

@@ -752,9 +752,160 @@ bool contains_reduce(const std::vector<Stmt>& stmts) {
   return std::any_of(stmts.begin(), stmts.end(), [](const Stmt& s) { return s.kind == StmtKind::Reduce; });
 }
 
+// A loop variable divided by its own extent: `$r % E` is `$r` and `$r / E` is 0, since
+// 0 <= $r < E. Views flattened over a dynamic axis leave these in index arithmetic (the
+// causal mask of attention over (p + s) keys), where the simplifier cannot see the loop's
+// bound, and a division by a run-time value in every element kept such loops scalar.
+// More generally, for a constant extent W and a divisor n that W divides, `(W*X + $r) / n`
+// is `X / (n/W)` and `(W*X + $r) % n` is `(X % (n/W))*W + $r` (the blocks of W never cross a
+// multiple of n): a table read per block in a blocked elementwise loop (RoPE's cos/sin at
+// `($i + 32*$o) / 512`) becomes invariant in the inner loop instead of a gather.
+using Extents = std::map<std::string, Expression, std::less<>>;
+std::optional<Expression> fold_block_division(ExprKind kind, const Expression& a, const Expression& n,
+                                              const Extents& extents) {
+  const auto nc = n.as_constant();
+  if (!nc || *nc <= 0) return std::nullopt;
+  for (const auto& [name, extent] : extents) {
+    const auto w = extent.as_constant();
+    if (!w || *w <= 1 || *nc % *w != 0 || !a.depends_on(name)) continue;
+    const Expression var = Expression::var(name), rest = a - var;
+    if (rest.depends_on(name)) continue;  // not a plain + $r
+    const Expression x = rest / *w;
+    if (!(x * *w == rest)) continue;      // not a multiple of W
+    if (kind == ExprKind::Div) return x / (*nc / *w);
+    return x % (*nc / *w) * *w + var;
+  }
+  return std::nullopt;
+}
+Expression within_extents(const Expression& e, const Extents& extents) {
+  const auto kids = e.children();
+  if (kids.empty()) return e;
+  if ((e.kind() == ExprKind::Mod || e.kind() == ExprKind::Div) && kids[0].kind() == ExprKind::Var) {
+    auto it = extents.find(kids[0].var_name());
+    if (it != extents.end() && it->second == kids[1]) return e.kind() == ExprKind::Mod ? kids[0] : Expression(0);
+  }
+  if (e.kind() == ExprKind::Mod || e.kind() == ExprKind::Div)
+    if (auto folded = fold_block_division(e.kind(), kids[0], kids[1], extents)) return within_extents(*folded, extents);
+  std::vector<Expression> rebuilt;
+  bool changed = false;
+  for (const auto& kid : kids) {
+    rebuilt.push_back(within_extents(kid, extents));
+    changed |= !(rebuilt.back() == kid);
+  }
+  return changed ? Expression::raw(e.kind(), rebuilt).simplify() : e;
+}
+void fold_loop_extents(std::vector<Stmt>& stmts, const Extents& extents) {
+  for (auto& s : stmts) {
+    for (Expression* x : {&s.index, &s.guard, &s.position, &s.axis_base, &s.axis_stride, &s.axis_size})
+      *x = within_extents(*x, extents);
+    if (s.kind == StmtKind::Reduce) {
+      Extents inner = extents;
+      inner["$r" + std::to_string(s.loop)] = s.index;
+      fold_loop_extents(s.body, inner);
+    }
+  }
+}
+
+// Divisions in a loop's index arithmetic that depend only on the row and the dims (the
+// causal mask's `row % s` inside the loops over keys) are computed once per row, by Index
+// statements at the start of the row: GCC left them in the vector loops, where a 64-bit
+// division by a run-time value runs one lane at a time (decode's masked softmax: 17 us
+// per call with them inside, 1.8 us hoisted).
+class RowInvariantDivisions {
+ public:
+  RowInvariantDivisions(Phase& p, int next_value) : p_(p), next_(next_value) {}
+  void run() {
+    for (auto& s : p_.row_body)
+      if (s.kind == StmtKind::Reduce) in_loop(s.body);
+    in_loop(p_.col_body);
+    p_.row_body.insert(p_.row_body.begin(), hoisted_.begin(), hoisted_.end());
+  }
+
+ private:
+  void in_loop(std::vector<Stmt>& stmts) {
+    for (auto& s : stmts) {
+      for (Expression* x : {&s.index, &s.guard, &s.position, &s.axis_base, &s.axis_stride, &s.axis_size})
+        if (s.kind != StmtKind::Reduce || x != &s.index) *x = rewrite(*x);
+      if (s.kind == StmtKind::Reduce) in_loop(s.body);
+    }
+  }
+  static bool row_invariant(const Expression& e) {
+    for (const auto& v : e.variables())
+      if (is_loop_or_value_var(v) && v != kRowVar) return false;
+    return true;
+  }
+  Expression rewrite(const Expression& e) {
+    const auto kids = e.children();
+    if (kids.empty()) return e;
+    const ExprKind k = e.kind();
+    if ((k == ExprKind::Div || k == ExprKind::Mod || k == ExprKind::CeilDiv) && !e.variables().empty() &&
+        row_invariant(e)) {
+      auto [it, fresh] = names_.try_emplace(e, 0);
+      if (fresh) {
+        Stmt st;
+        st.kind = StmtKind::Index;
+        st.value = next_++;
+        st.dtype = DType::I64;
+        st.index = e;
+        hoisted_.push_back(st);
+        it->second = st.value;
+      }
+      return Expression::var(value_var(it->second));
+    }
+    std::vector<Expression> rebuilt;
+    bool changed = false;
+    for (const auto& kid : kids) {
+      rebuilt.push_back(rewrite(kid));
+      changed |= !(rebuilt.back() == kid);
+    }
+    return changed ? Expression::raw(k, rebuilt).simplify() : e;
+  }
+
+  Phase& p_;
+  int next_;
+  std::vector<Stmt> hoisted_;
+  std::map<Expression, int> names_;
+};
+
+int max_value(const std::vector<Stmt>& stmts) {
+  int m = -1;
+  for (const auto& s : stmts) m = std::max({m, s.value, max_value(s.body)});
+  return m;
+}
+
+std::optional<Kernel> lower_unfolded(const Region& region);
+
 }  // namespace
 
+Expression fold_loop_extent(const Expression& e, const std::string& var, const Expression& extent) {
+  return within_extents(e, Extents{{var, extent}});
+}
+
 std::optional<Kernel> lower(const Region& region) {
+  auto k = lower_unfolded(region);
+  if (!k) return k;
+  for (auto& p : k->phases) {
+    const Extents row_scope = {{std::string(kRowVar), p.rows}};
+    Extents col_scope = row_scope;
+    col_scope[std::string(kColVar)] = p.cols;
+    fold_loop_extents(p.row_body, row_scope);
+    fold_loop_extents(p.col_body, col_scope);
+  }
+  // (An elementwise kernel's row is its vector loop: nothing there is row-invariant.)
+  if (k->geometry != Geometry::Elementwise) {
+    int next = 0;
+    for (const auto& p : k->phases) next = std::max({next, max_value(p.row_body) + 1, max_value(p.col_body) + 1});
+    for (auto& p : k->phases) {
+      RowInvariantDivisions h(p, next);
+      h.run();
+      next = std::max(next, max_value(p.row_body) + 1);
+    }
+  }
+  return k;
+}
+
+namespace {
+std::optional<Kernel> lower_unfolded(const Region& region) {
   const Graph& g = region.graph;
   auto outs = g.outputs();
   LUMINAL_CHECK(outs.size() == 1, "lower: a region has exactly one Output node, found ", outs.size());
@@ -814,6 +965,9 @@ std::optional<Kernel> lower(const Region& region) {
       k.geometry = Geometry::Elementwise;
       k.block_x = 256;
       k.grid_x = ceil_div(rows, k.block_x);
+      // Blocks of the last dim when it is static, at least a vector wide and not the whole.
+      const auto w = rank >= 2 ? o.shape[rank - 1].as_constant() : std::nullopt;
+      if (w && *w >= 16 && !(rows == Expression(*w))) k.row_block = *w;
     } else {
       k.geometry = Geometry::WarpPerRow;
       k.block_x = 256;
@@ -823,6 +977,7 @@ std::optional<Kernel> lower(const Region& region) {
   }
   return std::nullopt;
 }
+}  // namespace
 
 // ---- printer ----
 namespace {

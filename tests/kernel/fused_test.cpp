@@ -235,6 +235,124 @@ TEST(KernelFused, OnlyPolynomialStepsUseFusedMultiplyAdd) {
   batch.run(test_compiler());
 }
 
+// A loop variable divided by its own extent folds away (`$r % E` is `$r`, `$r / E` is 0),
+// and divisions that depend only on the row are computed once per row: a causal mask
+// built from an iota over the flattened (seq, keys) index, with keys a dynamic dim, left
+// divisions by run-time values in every element of the softmax's loops.
+TEST(KernelFused, LoopVariablesDividedByTheirExtentFoldAndRowDivisionsAreHoisted) {
+  const Expression keys = Expression::var("keys"), z = Expression::index();
+  Graph cx;
+  auto x = cx.tensor({kSeq, keys});
+  auto mask = cx.iota(lt(z % keys, z / keys % kSeq + 2), {kSeq, keys}).cast(DType::F32);
+  (x + (mask - 1.0) * 1e9).softmax(1).output();
+  auto k = lower(Region{cx});
+  ASSERT_TRUE(k);
+  const std::string ir = to_string(*k);
+  EXPECT_EQ(ir.find("%keys"), std::string::npos) << ir;
+  EXPECT_EQ(ir.find("/keys"), std::string::npos) << ir;
+  // What is left, `$row % seq`, is computed once per row (an Index statement of the row),
+  // not in the loops over the keys.
+  auto divides_in_loops = [](const std::vector<Stmt>& stmts, auto&& self) -> bool {
+    for (const auto& st : stmts) {
+      for (const Expression* x : {&st.index, &st.guard}) {
+        const std::string t = x->to_string();
+        if (t.find('%') != std::string::npos || t.find('/') != std::string::npos) return true;
+      }
+      if (self(st.body, self)) return true;
+    }
+    return false;
+  };
+  for (const auto& st : k->phases[0].row_body) {
+    if (st.kind == StmtKind::Reduce) {
+      EXPECT_FALSE(divides_in_loops(st.body, divides_in_loops)) << ir;
+    }
+  }
+  EXPECT_FALSE(divides_in_loops(k->phases[0].col_body, divides_in_loops)) << ir;
+  EXPECT_NE(ir.find("%seq"), std::string::npos) << ir;  // in the row's statements
+  Batch batch;
+  batch.add("causal softmax over dynamic keys", Region{cx},
+            {{{"seq", 3}, {"keys", 5}}, {{"seq", 4}, {"keys", 70}}, {{"seq", 2}, {"keys", 1}}}, plain_data);
+  batch.run(test_compiler());
+}
+
+// An elementwise kernel runs in blocks of its output's last dim (Kernel::row_block) on the
+// CPU: a bias broadcast over the rows is read at the block's index, contiguously, instead
+// of at `$row % 32` (a gather). Blocks cut by the thread split (the harness runs the range
+// in two halves: 3 x 48 splits inside a block) and views of every kind give the reference's values.
+TEST(KernelFused, ElementwiseKernelsRunInBlocksOfTheLastDim) {
+  Batch batch;
+  {
+    Graph cx;
+    auto x = cx.tensor({kSeq, 32});
+    auto bias = cx.tensor({32});
+    ((x + bias.expand({kSeq, 32})) * 0.5).output();
+    auto k = lower(Region{cx});
+    ASSERT_TRUE(k);
+    EXPECT_EQ(k->geometry, Geometry::Elementwise);
+    EXPECT_EQ(k->row_block, 32);
+    const std::string src = emit_cpp(*k, "k");
+    EXPECT_NE(src.find("in1[((long long)(lm_i))]"), std::string::npos) << src;
+    batch.add("bias over rows", Region{cx}, kSeqDims);
+  }
+  for (ViewKind v : kViewKinds) {
+    Graph cx;  // (seq, 48) read through each view kind
+    auto x = viewed_input(cx, DType::F32, v, kSeq, 48);
+    NodeId xin = add_op(cx, OpKind::Mul, DType::F32, {kSeq, 48}, {x, x});
+    add_output(cx, xin);
+    auto k = lower(Region{cx});
+    ASSERT_TRUE(k);
+    EXPECT_EQ(k->row_block, 48) << view_name(v);
+    batch.add(std::string("view ") + view_name(v), Region{cx}, kSeqDims);
+  }
+  {
+    Graph cx;  // rank 3, the row's middle dim broadcast; a last dim below 16 keeps one loop
+    auto x = cx.tensor({kSeq, 3, 16});
+    auto y = cx.tensor({kSeq, 1, 16});
+    (x * y.expand({kSeq, 3, 16}) + x.sin()).output();
+    EXPECT_EQ(lower(Region{cx})->row_block, 16);
+    batch.add("rank 3 broadcast", Region{cx}, kSeqDims);
+    Graph small;
+    (small.tensor({kSeq, 8}) * 2.0).output();
+    EXPECT_EQ(lower(Region{small})->row_block, 0);
+  }
+  batch.run(test_compiler());
+}
+
+// fold_loop_extent: with 0 <= i < W, `(W*X + i) / n` is `X / (n/W)` and `(W*X + i) % n` is
+// `(X % (n/W))*W + i` when W divides n (RoPE's table read per block). Checked numerically
+// over negative and positive X, with a dim in X, against the unfolded expression; a
+// coefficient W does not divide (the blocks then cross multiples of n) must stay exact too.
+TEST(KernelFused, BlockDivisionsFoldExactly) {
+  const Expression i = Expression::var("$i"), o = Expression::var("$o"), d = Expression::var("d");
+  struct Case {
+    Expression e;
+    int64_t w;
+    bool folds;
+  };
+  const std::vector<Case> cases = {
+      {(i + o * 32) / 512, 32, true},       {(i + o * 32) % 512, 32, true},
+      {(i + o * 64 + d * 128) / 128, 64, true}, {(o * 96 + i - 96) % 192, 96, true},
+      {(i + o * 32) / 512, 64, false},      {(i + o * 16) % 64, 32, false},
+      {(i * 2 + o * 32) / 64, 32, false},
+  };
+  auto divides_i = [](const Expression& e, auto&& self) -> bool {
+    if ((e.kind() == ExprKind::Div || e.kind() == ExprKind::Mod) && e.children()[0].depends_on("$i")) return true;
+    for (const auto& kid : e.children())
+      if (self(kid, self)) return true;
+    return false;
+  };
+  for (const auto& c : cases) {
+    const Expression f = fold_loop_extent(c.e, "$i", c.w);
+    EXPECT_EQ(divides_i(f, divides_i), !c.folds) << c.e.to_string() << " -> " << f.to_string();
+    for (int64_t ov = -50; ov <= 50; ++ov)
+      for (int64_t dv : {0, 3})
+        for (int64_t iv = 0; iv < c.w; ++iv) {
+          const DimMap at = {{"$i", iv}, {"$o", ov}, {"d", dv}};
+          ASSERT_EQ(f.eval(at), c.e.eval(at)) << c.e.to_string() << " -> " << f.to_string() << " at i=" << iv << " o=" << ov;
+        }
+  }
+}
+
 TEST(KernelFused, RefusesReductionsThatWouldBeRecomputed) {
   {
     // Softmax over a leading axis: the reduced values vary along the column.

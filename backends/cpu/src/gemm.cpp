@@ -239,6 +239,8 @@ void gemm_blocked(const detail::Kernels& kern, const GemmArgs& g, ThreadPool& po
                 const float* b_panel = b_block + q * kc * nr;
                 if (mv == mr && nv == nr) {
                   kern.micro(kc, a_panel, b_panel, c_tile, g.c_row_stride, !first);
+                } else if (nv == nr && kern.micro_rows != nullptr) {
+                  kern.micro_rows(mv, kc, a_panel, b_panel, c_tile, g.c_row_stride, !first);
                 } else {
                   kern.micro(kc, a_panel, b_panel, tile, nr, false);
                   for (int64_t r = 0; r < mv; ++r) {

@@ -27,6 +27,10 @@ struct Kernels {
                     int64_t w, float* out, int64_t ldo);
   // x[j] = act(x[j] + bias[j]) for j < n (bias may be null).
   void (*epilogue)(float* x, int64_t n, const float* bias, Epilogue e);
+  // micro for the first `rows` (< mr) rows of a full-width tile, written straight to C: the
+  // last row panel of an m that mr does not divide (m = 64: 4 rows of a 12-row panel) costs
+  // its own rows, not a whole tile computed into a buffer. Null: `micro` and a buffer.
+  void (*micro_rows)(int64_t rows, int64_t kc, const float* a, const float* b, float* c, int64_t ldc, bool accumulate);
 };
 
 // The table of active_isa().

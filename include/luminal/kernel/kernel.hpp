@@ -143,6 +143,10 @@ struct Kernel {
   // CUDA launch: grid_x blocks of block_x threads (one dim), dims passed at launch.
   Expression grid_x = 1;
   int block_x = 256;
+  // C++, elementwise: the rows run as (extent / row_block) blocks of row_block (the output's
+  // static last dim), `$row` = block * row_block + i, so a read broadcast over the leading
+  // dims (a bias at `$row % 1024`) is contiguous in i instead of a gather; 0: one loop.
+  int64_t row_block = 0;
   size_t output_slot() const { return inputs.size(); }
   size_t error_slot() const { return inputs.size() + 1; }  // C++ buffers[] slot of the error record (kErrorWords int32)
 };
@@ -152,6 +156,9 @@ struct Kernel {
 // kernel computes (CustomOp, a Scatter that is not the result).
 std::optional<Kernel> lower(const Region& region);
 std::string to_string(const Kernel& kernel);
+// `e` with the loop variable `var` (0 <= var < extent) divided by its extent folded:
+// var % extent -> var, var / extent -> 0 (the simplifier cannot see loop bounds).
+Expression fold_loop_extent(const Expression& e, const std::string& var, const Expression& extent);
 
 // The message for an error record a launch of `kernel` filled (record[0] != 0), in the
 // reference runtime's words: "gather: index 4 is out of range for dimension 0 of size 4
