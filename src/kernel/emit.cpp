@@ -426,16 +426,29 @@ class Emitter {
         line("if (row >= " + expr(p0.rows) + ") return;  /* whole warps leave together */");
         phase_body(p0);
         break;
-      case Geometry::SingleBlock:
+      case Geometry::SingleBlock: {
+        // A scatter run in place (a KV-cache append) has no copy phase to wait for, so its
+        // writes spread over every block the launch has (kernel::spread_blocks); otherwise
+        // block 0 runs the phases in order, the others leave.
+        const Phase& copy = k_.phases[0];
+        line(std::string("const bool lm_spread = ") +
+             (copy.copies_input >= 0 ? "(const void*)" + buffer_name(k_.output_slot()) + " == (const void*)" +
+                                           buffer_name(static_cast<size_t>(copy.copies_input))
+                                     : "false") +
+             ";");
+        line("if (!lm_spread && blockIdx.x != 0) return;");
+        line("const long long lm_first = lm_spread ? (long long)blockIdx.x * blockDim.x + threadIdx.x : (long long)threadIdx.x;");
+        line("const long long lm_step = lm_spread ? (long long)gridDim.x * blockDim.x : (long long)blockDim.x;");
         for (size_t i = 0; i < k_.phases.size(); ++i) {
           if (i) line("__syncthreads();");
           if (k_.phases[i].copies_input >= 0) open(unless_in_place(k_.phases[i]));
-          open("for (long long row = threadIdx.x; row < " + expr(k_.phases[i].rows) + "; row += blockDim.x) {");
+          open("for (long long row = lm_first; row < " + expr(k_.phases[i].rows) + "; row += lm_step) {");
           phase_body(k_.phases[i]);
           close();
           if (k_.phases[i].copies_input >= 0) close();
         }
         break;
+      }
     }
     os_ << "}\n";
   }

@@ -760,7 +760,14 @@ struct Resolver {
   void add_kernel(const std::shared_ptr<Compiled>& c, std::vector<DevicePtr> inputs, DevicePtr out, size_t step,
                   DevicePtr errors, const std::string& what) {
     const kernel::Kernel& k = c->kernel;
-    const int64_t grid = eval(k.grid_x);
+    int64_t grid = eval(k.grid_x);
+    // A scatter run in place (a KV-cache append: its output is the state's own buffer) has
+    // no copy phase to wait for: its writes spread over blocks (the kernel compares the
+    // pointers too). One block wrote a 512-token prefill's 512 x 1024 rows per cache: 1.1 ms.
+    if (k.geometry == kernel::Geometry::SingleBlock && k.phases.front().copies_input >= 0 &&
+        static_cast<size_t>(k.phases.front().copies_input) < inputs.size() &&
+        inputs[static_cast<size_t>(k.phases.front().copies_input)] == out)
+      grid = std::clamp<int64_t>((eval(k.phases.back().rows) + k.block_x - 1) / k.block_x, 1, 65535);
     LUMINAL_CHECK(grid <= std::numeric_limits<int32_t>::max(), "cuda: ", what, " needs ", grid,
                   " blocks, above the grid limit");
     if (grid <= 0) return;

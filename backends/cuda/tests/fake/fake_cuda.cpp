@@ -176,7 +176,7 @@ constexpr const char* kShim = R"(#include <math.h>
 #define __restrict__ __restrict
 struct lm_dim3 { unsigned x = 0, y = 0, z = 0; };
 static thread_local lm_dim3 threadIdx, blockIdx;
-static lm_dim3 blockDim;
+static lm_dim3 blockDim, gridDim;
 static std::barrier<>* lm_block_barrier;
 static std::barrier<>** lm_warp_barriers;
 static inline unsigned __float_as_uint(float f) { unsigned u; std::memcpy(&u, &f, 4); return u; }
@@ -207,6 +207,7 @@ static void lm_call(void (*f)(P...), void** a, std::index_sequence<I...>) { f(st
 template <class F>
 static void lm_run(F body, unsigned grid, unsigned block, int mode) {
   blockDim.x = block;
+  gridDim.x = grid;
   if (mode == 0) {
     for (unsigned b = 0; b < grid; ++b)
       for (unsigned t = 0; t < block; ++t) {
