@@ -20,7 +20,7 @@ constexpr std::string_view kShim = R"(#include <math.h>
 #define __restrict__ __restrict
 struct lm_dim3 { unsigned x = 0, y = 0, z = 0; };
 static thread_local lm_dim3 threadIdx, blockIdx;
-static lm_dim3 blockDim;
+static lm_dim3 blockDim, gridDim;
 static std::barrier<>* lm_warp_barrier;
 static inline unsigned __float_as_uint(float f) { unsigned u; std::memcpy(&u, &f, 4); return u; }
 static inline float __uint_as_float(unsigned u) { float f; std::memcpy(&f, &u, 4); return f; }
@@ -51,6 +51,7 @@ extern "C" void lm_launch(void** args, unsigned grid, unsigned block) {
   std::barrier<> barrier(block);
   lm_warp_barrier = &barrier;
   blockDim.x = block;
+  gridDim.x = grid;
   std::vector<std::thread> lanes;
   for (unsigned t = 0; t < block; ++t)
     lanes.emplace_back([&, t] {
