@@ -666,26 +666,23 @@ def _attention(t, q, k, v, attn_bias, is_causal, scale):
 # decomposition exists for these): translated to the math they compute. Only the output is
 # translated; the other results (log-sum-exp, RNG state, sequence bookkeeping) are for the
 # backward pass, which an inference graph never reads.
-@register(aten._scaled_dot_product_efficient_attention.default)
-def _sdpa_efficient(t, node, q, k, v, attn_bias, compute_log_sumexp, dropout_p=0.0, is_causal=False, *, scale=None):
+def _fused_attention(t, node, q, k, v, attn_bias, dropout_p, is_causal, scale):
+    """The output, then None for each other result the op's schema declares."""
     if dropout_p:
         unsupported("scaled_dot_product_attention with dropout (training)")
-    return _attention(t, q, k, v, attn_bias, is_causal, scale), None, None, None
+    rest = len(node.target._schema.returns) - 1
+    return (_attention(t, q, k, v, attn_bias, is_causal, scale),) + (None,) * rest
 
 
-@register(aten._scaled_dot_product_flash_attention.default)
-def _sdpa_flash(t, node, q, k, v, dropout_p=0.0, is_causal=False, return_debug_mask=False, *, scale=None):
-    if dropout_p:
-        unsupported("scaled_dot_product_attention with dropout (training)")
-    return (_attention(t, q, k, v, None, is_causal, scale),) + (None,) * 8
-
-
-@register(aten._scaled_dot_product_cudnn_attention.default)
-def _sdpa_cudnn(t, node, q, k, v, attn_bias, compute_log_sumexp, dropout_p=0.0, is_causal=False,
-                return_debug_mask=False, *, scale=None):
-    if dropout_p:
-        unsupported("scaled_dot_product_attention with dropout (training)")
-    return (_attention(t, q, k, v, attn_bias, is_causal, scale),) + (None,) * 8
+register(aten._scaled_dot_product_efficient_attention.default)(
+    lambda t, node, q, k, v, attn_bias, compute_log_sumexp, dropout_p=0.0, is_causal=False, *, scale=None:
+    _fused_attention(t, node, q, k, v, attn_bias, dropout_p, is_causal, scale))
+register(aten._scaled_dot_product_flash_attention.default)(
+    lambda t, node, q, k, v, dropout_p=0.0, is_causal=False, return_debug_mask=False, *, scale=None:
+    _fused_attention(t, node, q, k, v, None, dropout_p, is_causal, scale))
+register(aten._scaled_dot_product_cudnn_attention.default)(
+    lambda t, node, q, k, v, attn_bias, compute_log_sumexp, dropout_p=0.0, is_causal=False, return_debug_mask=False,
+    *, scale=None: _fused_attention(t, node, q, k, v, attn_bias, dropout_p, is_causal, scale))
 
 
 @register(aten.native_layer_norm.default)
