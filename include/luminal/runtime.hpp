@@ -63,13 +63,19 @@ struct CostEstimate {
   int64_t memory_bytes = 0;  // device memory the program needs (arena + its own buffers)
 };
 
-// Profiling and verification inputs: uniform values in [-2, 2), or with one element in 8
-// replaced by a special value: +-0, +-inf, NaN, +-1e-40 (subnormal), +-1 and, with
+// Profiling and verification inputs: uniform values in [-s, s), s = profiling_scale(input),
+// or with one element in 8 replaced by a special value: +-0, +-inf, NaN, +-1e-40 (subnormal), +-1 and, with
 // Special only, 65504 and -3e38 (past F16's range; their squares past F32's). A segment
 // that computes in BF16/F16 gets SpecialHalf: a sum next to 65504 rounds there to a
 // multiple of 256, so two correct programs that add in another order differ by hundreds,
 // and those magnitudes would test rounding noise, not semantics.
 enum class InputValues : uint8_t { Uniform, Special, SpecialHalf };
+
+// The half-width of an input's uniform values: 2 / sqrt(its innermost extent) for a matrix or
+// higher rank (as weights are initialised by fan-in), else 2. Unscaled, a 4096-wide layer's
+// attention logits reached ~1e4 in verification, where softmax is an argmax and one rounding
+// picks another key: two correct programs then disagree by whole rows (docs/LESSONS.md).
+double profiling_scale(const Node& input, const DimMap& dims);
 
 // The values Runtime::fill_profiling_input makes by default.
 HostTensor profiling_values(const Node& input, const DimMap& dims, uint64_t seed, InputValues values);

@@ -37,11 +37,18 @@ CostEstimate Runtime::estimate(const Graph& program, const DimMap& dims) const {
   return e;
 }
 
+double profiling_scale(const Node& input, const DimMap& dims) {
+  if (input.shape.size() < 2) return 2.0;
+  const int64_t inner = input.shape.back().eval(dims);
+  return getenv("OLDSCALE") ? 2.0 : inner > 1 ? 2.0 / std::sqrt(static_cast<double>(inner)) : 2.0;
+}
+
 HostTensor profiling_values(const Node& n, const DimMap& dims, uint64_t seed, InputValues values) {
   auto numel = static_cast<size_t>(product(n.shape).eval(dims));
   HostTensor t = HostTensor::zeros(n.dtype, numel);
   std::mt19937_64 rng(seed);
-  std::uniform_real_distribution<double> uni(-2.0, 2.0);
+  const double scale = profiling_scale(n, dims);
+  std::uniform_real_distribution<double> uni(-scale, scale);
   // The large magnitudes last: SpecialHalf draws from the others.
   static const double kSpecial[] = {0.0, -0.0, INFINITY, -INFINITY, NAN, 1e-40, -1e-40, 1.0, -1.0, 65504.0, -3.0e38};
   const bool adversarial = values != InputValues::Uniform;

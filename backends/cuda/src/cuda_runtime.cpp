@@ -325,13 +325,37 @@ struct OpProfile {
   int64_t calls = 0;
 };
 
-// A program resolved for one dims assignment and one set of pointers: every launch with
-// its arguments, the dims buffer the kernels read, and the CUDA graph once captured.
+// A value a resolution's launches were built from: an expression over the dims, and what
+// it evaluated to (for a grid, the block count launched: see launch_blocks).
+struct Probe {
+  Expression expr;
+  int64_t value = 0;
+  bool grid = false;
+};
+
+// The blocks launched for a grid that depends on the dims: rounded up to 2^k or 3 * 2^k,
+// so that a length growing by one (a decode step) keeps its launches for a while. Every
+// emitted kernel guards its rows against the dims it reads from the dims buffer, so the
+// extra blocks leave at once.
+int64_t launch_blocks(int64_t grid) {
+  if (grid <= 2) return grid;
+  int64_t p = 1;
+  while (p < grid) p *= 2;
+  return p / 4 * 3 >= grid ? p / 4 * 3 : p;
+}
+
+// A program resolved for one set of launches and pointers: every launch with its
+// arguments, the dims buffer the kernels read, and the CUDA graph once captured. Other
+// dims whose probes evaluate the same (a decode step at the next position, in most steps)
+// reuse it: only the dims buffer is written again.
 struct Resolved {
   std::vector<DevicePtr> bound;  // the pointers it was resolved with
   uint64_t arena_version = 0;
   std::vector<Op> ops;
   bool host_ops = false;
+  std::vector<Probe> probes;            // every dims-dependent value its launches hold
+  std::vector<std::string> dim_names;   // the dims buffer: these dims' values, in order
+  std::vector<int64_t> dims_key;        // the dims the buffer holds now
   DeviceBuffer dims;         // each kernel's dims, in its dim_names order
   DeviceBuffer scratch[2];   // matmul operand copies (the largest step's)
   std::vector<DeviceBuffer> custom_scratch;
@@ -340,6 +364,29 @@ struct Resolved {
   std::unique_ptr<GraphExec> own;          // its own executable graph (a resolution run again)
   int runs = 0;
   uint64_t last_used = 0;  // for evicting the least recently used resolution
+
+  // Whether these launches are right for `dims` and these pointers as they stand.
+  bool serves(const DimMap& dims, const std::vector<DevicePtr>& pointers) const {
+    if (pointers != bound) return false;
+    for (const Probe& pr : probes) {
+      const int64_t v = pr.expr.eval(dims);
+      if ((pr.grid ? launch_blocks(v) : v) != pr.value) return false;
+    }
+    return true;
+  }
+  // The dims buffer for `dims` (stream-ordered after the runs before).
+  void write_dims(const std::vector<int64_t>& key, const DimMap& dims, StreamHandle stream) {
+    if (key == dims_key) return;
+    std::vector<int64_t> values;
+    values.reserve(dim_names.size());
+    for (const auto& d : dim_names) {
+      auto it = dims.find(d);
+      LUMINAL_CHECK(it != dims.end(), "execute: dimension '", d, "' has no value");
+      values.push_back(it->second);
+    }
+    if (!values.empty()) this->dims.upload(values.data(), values.size() * sizeof(int64_t), stream);
+    dims_key = key;
+  }
 };
 
 // Resolutions kept per plan: decode steps at ever new positions must not pile up.
@@ -369,7 +416,8 @@ struct ProgramPlan {
   // buffer and its update Output is void (kernel::in_place_update).
   std::vector<kernel::InPlaceUpdate> in_place;
   std::vector<char> in_place_output;  // per node
-  std::map<std::vector<int64_t>, std::unique_ptr<Resolved>> resolved;  // by dims
+  std::map<std::vector<int64_t>, std::shared_ptr<Resolved>> resolved;  // by dims (shared by dims it serves)
+  std::shared_ptr<Resolved> latest;  // the last run's: the first to try for new dims
   uint64_t clock = 0;
   uint64_t next_resolution_id = 0;
   int64_t runs = 0;
@@ -450,6 +498,15 @@ struct CudaRuntime::State {
   bool graphs = graphs_from_env() && !profiling;
   bool graph_updates = graph_updates_from_env();
   int captured = 0, replays = 0, updated = 0, eager_runs = 0;
+  int resolutions = 0, reused = 0;  // runs resolved anew; runs of new dims that reused a resolution
+  // Host time per run phase (LUMINAL_CUDA_HOST_TIMES=1 prints it when the runtime goes away).
+  enum Phase { kPrepare, kResolve, kGraph, kLaunch, kWait, kPhases };
+  double host_ms[kPhases] = {};
+  int64_t timed_runs = 0;
+  bool print_host_times = [] {
+    const char* v = std::getenv("LUMINAL_CUDA_HOST_TIMES");
+    return v && *v && std::string_view(v) != "0";
+  }();
   std::string last_update_refusal;  // why the last refused update was refused
   std::map<std::string, OpProfile> op_profile;
   int64_t profiled_runs = 0;
@@ -458,6 +515,16 @@ struct CudaRuntime::State {
     // Buffers are freed below; nothing may still be running on them.
     if (shared && shared->stream) api::driver_table().cuStreamSynchronize(shared->stream->get());
     if (profiling && !op_profile.empty()) print_profile();
+    if (print_host_times && timed_runs > 0) {
+      const double n = static_cast<double>(timed_runs);
+      std::fprintf(stderr,
+                   "cuda host: %lld runs, ms per run: prepare %.3f, resolve %.3f, graph capture/update %.3f, launch "
+                   "%.3f, wait %.3f; %d resolutions, %d reused for new dims, %d graphs instantiated, %d updated, %d "
+                   "replays, %d eager\n",
+                   static_cast<long long>(timed_runs), host_ms[kPrepare] / n, host_ms[kResolve] / n, host_ms[kGraph] / n,
+                   host_ms[kLaunch] / n, host_ms[kWait] / n, resolutions, reused, captured, updated, replays,
+                   eager_runs);
+    }
   }
 
   void print_profile() const {
@@ -505,6 +572,8 @@ int CudaRuntime::graphs_captured() const { return state_->captured; }
 int CudaRuntime::graph_replays() const { return state_->replays; }
 int CudaRuntime::graphs_updated() const { return state_->updated; }
 int CudaRuntime::eager_runs() const { return state_->eager_runs; }
+int CudaRuntime::resolutions() const { return state_->resolutions; }
+int CudaRuntime::resolutions_reused() const { return state_->reused; }
 void CudaRuntime::set_graph_updates_enabled(bool enabled) { state_->graph_updates = enabled; }
 bool CudaRuntime::graph_updates_enabled() const { return state_->graph_updates; }
 int CudaRuntime::kernels_compiled() const { return state_->shared->modules->stats().compiled; }
@@ -754,29 +823,47 @@ struct Resolver {
   std::vector<size_t> dim_offset;   // per step
   size_t scratch_bytes[2] = {0, 0};
 
-  int64_t eval(const Expression& e) const { return e.eval(dims); }
+  // Every value a launch is built from goes through eval or blocks, which record it, so
+  // that Resolved::serves can tell which other dims the launches fit.
+  int64_t eval(const Expression& e) {
+    const int64_t v = e.eval(dims);
+    if (!e.is_constant()) r.probes.push_back({e, v, false});
+    return v;
+  }
+  int64_t blocks(const Expression& grid) {
+    const int64_t v = grid.eval(dims);
+    if (grid.is_constant()) return v;
+    r.probes.push_back({grid, launch_blocks(v), true});
+    return launch_blocks(v);
+  }
+  // The dims buffer gets these dims' values; returns where they start (in int64s).
+  size_t add_dims(const std::vector<std::string>& names) {
+    const size_t offset = dim_values.size();
+    for (const auto& d : names) {
+      auto it = dims.find(d);
+      LUMINAL_CHECK(it != dims.end(), "execute: dimension '", d, "' has no value");
+      dim_values.push_back(it->second);
+      r.dim_names.push_back(d);
+    }
+    return offset;
+  }
 
   // Launch of a compiled kernel: inputs, output, the step's error slot, its dims.
   void add_kernel(const std::shared_ptr<Compiled>& c, std::vector<DevicePtr> inputs, DevicePtr out, size_t step,
                   DevicePtr errors, const std::string& what) {
     const kernel::Kernel& k = c->kernel;
-    int64_t grid = eval(k.grid_x);
+    int64_t grid = blocks(k.grid_x);
     // A scatter run in place (a KV-cache append: its output is the state's own buffer) has
     // no copy phase to wait for: its writes spread over blocks (the kernel compares the
     // pointers too). One block wrote a 512-token prefill's 512 x 1024 rows per cache: 1.1 ms.
     if (k.geometry == kernel::Geometry::SingleBlock && k.phases.front().copies_input >= 0 &&
         static_cast<size_t>(k.phases.front().copies_input) < inputs.size() &&
         inputs[static_cast<size_t>(k.phases.front().copies_input)] == out)
-      grid = std::clamp<int64_t>((eval(k.phases.back().rows) + k.block_x - 1) / k.block_x, 1, 65535);
+      grid = std::clamp<int64_t>(blocks((k.phases.back().rows + (k.block_x - 1)) / k.block_x), 1, 65535);
     LUMINAL_CHECK(grid <= std::numeric_limits<int32_t>::max(), "cuda: ", what, " needs ", grid,
                   " blocks, above the grid limit");
     if (grid <= 0) return;
-    const size_t offset = dim_values.size();
-    for (const auto& d : k.dim_names) {
-      auto it = dims.find(d);
-      LUMINAL_CHECK(it != dims.end(), "execute: dimension '", d, "' has no value");
-      dim_values.push_back(it->second);
-    }
+    const size_t offset = add_dims(k.dim_names);
     dim_offset.push_back(offset);
     inputs.push_back(out);
     inputs.push_back(errors + step * kernel::kErrorWords * sizeof(int32_t));
@@ -858,6 +945,13 @@ void CudaRuntime::run(size_t slot, const DimMap& dims) {
   ProgramPlan& p = s.slots[slot];
   const luminal::Graph& g = p.graph;
   const StreamHandle stream = s.stream();
+  using host_clock = std::chrono::steady_clock;
+  auto mark = host_clock::now();
+  auto phase_done = [&](State::Phase ph) {
+    const auto now = host_clock::now();
+    s.host_ms[ph] += std::chrono::duration<double, std::milli>(now - mark).count();
+    mark = now;
+  };
   std::vector<int64_t> key;
   for (const auto& d : p.dim_names) {
     auto it = dims.find(d);
@@ -907,8 +1001,13 @@ void CudaRuntime::run(size_t slot, const DimMap& dims) {
     for (size_t i = 0; fits && i < now.uses.size(); ++i) fits = now.uses[i].bytes <= p.planned_uses[i].bytes;
   }
   if (!fits) {
+    // A buffer that grew gets a quarter of headroom: a decode length growing by one per
+    // step then keeps the plan (and every pointer, so its launches: Resolved::serves).
     if (p.planned_uses.size() == now.uses.size())
-      for (size_t i = 0; i < now.uses.size(); ++i) now.uses[i].bytes = std::max(now.uses[i].bytes, p.planned_uses[i].bytes);
+      for (size_t i = 0; i < now.uses.size(); ++i) {
+        int64_t& b = now.uses[i].bytes;
+        b = b > p.planned_uses[i].bytes ? b + b / 4 : p.planned_uses[i].bytes;
+      }
     plan::MemoryPlan packed = plan::pack(now.uses, kAlignment);
     p.arena = packed;
     p.arena.offsets.assign(g.size(), plan::kNotInArena);
@@ -980,11 +1079,18 @@ void CudaRuntime::run(size_t slot, const DimMap& dims) {
     LUMINAL_CU(cuStreamSynchronize, stream);
     p.resolved.erase(oldest);
   }
+  phase_done(State::kPrepare);
   auto& slot_entry = p.resolved[key];
-  const bool fresh_resolve = !slot_entry || slot_entry->bound != bound;
+  bool fresh_resolve = !slot_entry || slot_entry->bound != bound;
+  if (fresh_resolve && p.latest && p.latest->serves(dims, bound)) {
+    slot_entry = p.latest;  // the same launches: only the dims buffer changes
+    fresh_resolve = false;
+    ++s.reused;
+  }
   if (fresh_resolve) try {
     LUMINAL_CU(cuStreamSynchronize, stream);  // the old entry's buffers may be in use
-    slot_entry = std::make_unique<Resolved>();
+    ++s.resolutions;
+    slot_entry = std::make_shared<Resolved>();
     Resolved& r = *slot_entry;
     r.bound = bound;
     r.id = ++p.next_resolution_id;
@@ -1060,9 +1166,8 @@ void CudaRuntime::run(size_t slot, const DimMap& dims) {
               x.scratch = o;
               const DevicePtr src = ptr[n.inputs[o].node];
               // The copy kernel's output pointer is the scratch buffer, known at enqueue.
-              const int64_t grid = rs.eval(copier->kernel.grid_x);
-              const size_t offset = rs.dim_values.size();
-              for (const auto& d : copier->kernel.dim_names) rs.dim_values.push_back(dims.at(d));
+              const int64_t grid = rs.blocks(copier->kernel.grid_x);
+              const size_t offset = rs.add_dims(copier->kernel.dim_names);
               api::CUfunction fn = copier->fn;
               const unsigned block = static_cast<unsigned>(copier->kernel.block_x);
               const DevicePtr err = errors + si * kernel::kErrorWords * sizeof(int32_t);
@@ -1143,7 +1248,7 @@ void CudaRuntime::run(size_t slot, const DimMap& dims) {
             for (const auto& d : in.view.shape()) shape.push_back(rs.eval(d));
             shapes.push_back(shape);
             dtypes.push_back(g.node(in.node).dtype);
-            const size_t bytes = static_cast<size_t>(product(in.view.shape()).eval(dims)) * dtype_bytes(dtypes.back());
+            const size_t bytes = static_cast<size_t>(rs.eval(product(in.view.shape()))) * dtype_bytes(dtypes.back());
             if (step.custom_copy_regions[k].empty()) {
               r.custom_scratch.emplace_back();  // read in place
             } else {
@@ -1154,7 +1259,7 @@ void CudaRuntime::run(size_t slot, const DimMap& dims) {
           }
           std::vector<int64_t> out_shape;
           for (const auto& d : n.shape) out_shape.push_back(rs.eval(d));
-          const size_t out_bytes = static_cast<size_t>(product(n.shape).eval(dims)) * dtype_bytes(n.dtype);
+          const size_t out_bytes = static_cast<size_t>(rs.eval(product(n.shape))) * dtype_bytes(n.dtype);
           std::shared_ptr<const CustomOp> custom = n.custom;
           const DType out_dtype = n.dtype;
           const DevicePtr out = ptr[step.node];
@@ -1211,7 +1316,7 @@ void CudaRuntime::run(size_t slot, const DimMap& dims) {
       if (n.updates == kNoNode || p.in_place_output[i]) continue;
       auto it = s.data.find(p.external_ids[n.updates]);
       LUMINAL_CHECK(it != s.data.end(), "execute: state input of output '", n.label, "' has no data");
-      const size_t bytes = static_cast<size_t>(product(n.shape).eval(dims)) * dtype_bytes(n.dtype);
+      const size_t bytes = static_cast<size_t>(rs.eval(product(n.shape))) * dtype_bytes(n.dtype);
       LUMINAL_CHECK(it->second.capacity() >= bytes, "execute: state input of output '", n.label, "' is smaller than it");
       const DevicePtr dst = it->second.ptr(), src = ptr[i];
       r.ops.push_back({[dst, src, bytes](StreamHandle st) { copy_device_to_device(dst, src, bytes, st); }, false});
@@ -1220,17 +1325,22 @@ void CudaRuntime::run(size_t slot, const DimMap& dims) {
       if (rs.scratch_bytes[o]) r.scratch[o] = DeviceBuffer(rs.scratch_bytes[o]);
     r.dims = DeviceBuffer(std::max<size_t>(16, rs.dim_values.size() * sizeof(int64_t)));
     if (!rs.dim_values.empty()) r.dims.upload(rs.dim_values.data(), rs.dim_values.size() * sizeof(int64_t), stream);
+    r.dims_key = key;
   } catch (...) {
     p.resolved.erase(key);  // never replay a half-resolved run
     throw;
   }
   Resolved& r = *slot_entry;
+  r.write_dims(key, dims, stream);
+  p.latest = slot_entry;
   r.last_used = ++p.clock;
   auto enqueue_all = [&] {
     for (auto& op : r.ops) op.enqueue(stream);
   };
+  phase_done(State::kResolve);
   GraphExec* exec = nullptr;
   if (s.graphs && !r.host_ops) exec = graph_to_launch(s, p, r, stream, enqueue_all);
+  phase_done(State::kGraph);
   ++p.runs;
   if (exec) {
     ++r.runs;
@@ -1260,9 +1370,12 @@ void CudaRuntime::run(size_t slot, const DimMap& dims) {
       op.enqueue(stream);
     }
   }
+  phase_done(State::kLaunch);
   std::vector<int32_t> errors(p.steps.size() * kernel::kErrorWords, 0);
   if (!errors.empty()) p.errors.download(errors.data(), errors.size() * sizeof(int32_t), stream);
   else LUMINAL_CU(cuStreamSynchronize, stream);
+  phase_done(State::kWait);
+  ++s.timed_runs;
   for (size_t k = 0; k < p.steps.size(); ++k) {
     std::span<const int32_t> record(errors.data() + k * kernel::kErrorWords, kernel::kErrorWords);
     if (record[0] == 0) continue;
@@ -1301,9 +1414,9 @@ void CudaRuntime::fill_profiling_input(NodeId id, const Node& input, const DimMa
   t.numel = numel;
   t.shape.clear();
   t.reserve(numel * dtype_bytes(input.dtype));
-  // Uniform in [-2, 2), and the special values, as the host default (not the same values).
+  // Uniform in [-scale, scale), and the special values, as the host default (not the same values).
   fill_uniform(*s.shared->modules, input.dtype, t.ptr(), static_cast<int64_t>(numel), static_cast<uint32_t>(seed ^ (seed >> 32)),
-               2.0f, s.stream(),
+               static_cast<float>(profiling_scale(input, dims)), s.stream(),
                values == InputValues::Uniform ? FillSpecials::None
                : values == InputValues::Special ? FillSpecials::All
                                                 : FillSpecials::NoLargeMagnitudes);

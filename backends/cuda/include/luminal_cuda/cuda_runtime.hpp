@@ -80,6 +80,8 @@ class CudaRuntime : public Runtime {
   int graphs_updated() const;     // executable graphs updated in place to a new resolution's launches
   int graph_replays() const;      // runs that replayed a graph as it was
   int eager_runs() const;         // runs that launched their ops one by one (graphs off or not yet worth it)
+  int resolutions() const;        // runs whose launches were built anew (new dims or pointers)
+  int resolutions_reused() const; // runs of new dims whose launches were the last run's (only the dims buffer changed)
   int kernels_compiled() const;   // NVRTC compilations by this runtime and its copies (cache misses)
   const DeviceInfo& device_info() const;
 
