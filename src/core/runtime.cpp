@@ -40,7 +40,7 @@ CostEstimate Runtime::estimate(const Graph& program, const DimMap& dims) const {
 double profiling_scale(const Node& input, const DimMap& dims) {
   if (input.shape.size() < 2) return 2.0;
   const int64_t inner = input.shape.back().eval(dims);
-  return getenv("OLDSCALE") ? 2.0 : inner > 1 ? 2.0 / std::sqrt(static_cast<double>(inner)) : 2.0;
+  return inner > 1 ? 2.0 / std::sqrt(static_cast<double>(inner)) : 2.0;
 }
 
 HostTensor profiling_values(const Node& n, const DimMap& dims, uint64_t seed, InputValues values) {
