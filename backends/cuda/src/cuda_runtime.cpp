@@ -325,12 +325,14 @@ struct OpProfile {
   int64_t calls = 0;
 };
 
-// A value a resolution's launches were built from: an expression over the dims, and what
-// it evaluated to (for a grid, the block count launched: see launch_blocks).
+// A value a resolution's launches were built from: an expression over the dims and what
+// it evaluated to; for a grid, the block count launched (see launch_blocks); for a size a
+// kernel reads from the dims buffer, only whether it is positive.
+enum class ProbeKind : uint8_t { Exact, Grid, Positive };
 struct Probe {
   Expression expr;
   int64_t value = 0;
-  bool grid = false;
+  ProbeKind kind = ProbeKind::Exact;
 };
 
 // The blocks launched for a grid that depends on the dims: rounded up to 2^k or 3 * 2^k,
@@ -354,7 +356,7 @@ struct Resolved {
   std::vector<Op> ops;
   bool host_ops = false;
   std::vector<Probe> probes;            // every dims-dependent value its launches hold
-  std::vector<std::string> dim_names;   // the dims buffer: these dims' values, in order
+  std::vector<Expression> dim_exprs;    // the dims buffer: these expressions' values, in order
   std::vector<int64_t> dims_key;        // the dims the buffer holds now
   DeviceBuffer dims;         // each kernel's dims, in its dim_names order
   DeviceBuffer scratch[2];   // matmul operand copies (the largest step's)
@@ -370,7 +372,8 @@ struct Resolved {
     if (pointers != bound) return false;
     for (const Probe& pr : probes) {
       const int64_t v = pr.expr.eval(dims);
-      if ((pr.grid ? launch_blocks(v) : v) != pr.value) return false;
+      const int64_t seen = pr.kind == ProbeKind::Grid ? launch_blocks(v) : pr.kind == ProbeKind::Positive ? v > 0 : v;
+      if (seen != pr.value) return false;
     }
     return true;
   }
@@ -378,16 +381,25 @@ struct Resolved {
   void write_dims(const std::vector<int64_t>& key, const DimMap& dims, StreamHandle stream) {
     if (key == dims_key) return;
     std::vector<int64_t> values;
-    values.reserve(dim_names.size());
-    for (const auto& d : dim_names) {
-      auto it = dims.find(d);
-      LUMINAL_CHECK(it != dims.end(), "execute: dimension '", d, "' has no value");
-      values.push_back(it->second);
-    }
+    values.reserve(dim_exprs.size());
+    for (const auto& e : dim_exprs) values.push_back(e.eval(dims));
     if (!values.empty()) this->dims.upload(values.data(), values.size() * sizeof(int64_t), stream);
     dims_key = key;
   }
 };
+
+// A matmul whose n or k follows the dims (attention over a cache that grows by a position
+// per decode step) and whose m is small runs as the small matmul kernel, its sizes and
+// strides read from the dims buffer: its launch holds while they change, so a decode step
+// reuses the last step's resolution and replays its graph instead of resolving the whole
+// program again and updating the graph (18 ms a step on the 8B model, more than its
+// kernels). cuBLASLt and the GEMV take their sizes as arguments.
+bool runs_as_small_matmul(const Step& step, const GemmLayout& l, DType dt, const DimMap& dims) {
+  if (l.n.is_constant() && l.k.is_constant()) return false;
+  if (step.weight_dtype || l.a.copy || l.b.copy || !l.outer.empty() || !gemm_dtype(dt)) return false;
+  const int64_t m = l.m.eval(dims);
+  return m >= 1 && m <= kSmallMatmulMaxRows && l.n.eval(dims) > 0 && l.k.eval(dims) > 0 && l.batch.eval(dims) > 0;
+}
 
 // Resolutions kept per plan: decode steps at ever new positions must not pile up.
 constexpr size_t kMaxResolutions = 16;
@@ -434,6 +446,10 @@ struct ProgramPlan {
     uint64_t fits_version = ~uint64_t(0);  // the arena plan version these dims were seen to fit
   };
   std::map<std::vector<int64_t>, DimsInfo> dims_info;
+  // Element counts of the Input and Output nodes, in node order, and the arena buffers'
+  // byte counts in the planner's order: built once, evaluated for each new dims (a decode
+  // step's), so that a step whose buffers fit the plan costs no planner run.
+  std::vector<Expression> input_numel, output_numel, use_bytes;
 };
 
 bool env_off(const char* name) {
@@ -827,25 +843,37 @@ struct Resolver {
   // that Resolved::serves can tell which other dims the launches fit.
   int64_t eval(const Expression& e) {
     const int64_t v = e.eval(dims);
-    if (!e.is_constant()) r.probes.push_back({e, v, false});
+    if (!e.is_constant()) r.probes.push_back({e, v, ProbeKind::Exact});
     return v;
   }
   int64_t blocks(const Expression& grid) {
     const int64_t v = grid.eval(dims);
     if (grid.is_constant()) return v;
-    r.probes.push_back({grid, launch_blocks(v), true});
+    r.probes.push_back({grid, launch_blocks(v), ProbeKind::Grid});
     return launch_blocks(v);
   }
-  // The dims buffer gets these dims' values; returns where they start (in int64s).
-  size_t add_dims(const std::vector<std::string>& names) {
+  bool positive(const Expression& e) {
+    const bool v = e.eval(dims) > 0;
+    if (!e.is_constant()) r.probes.push_back({e, v, ProbeKind::Positive});
+    return v;
+  }
+  // The dims buffer gets these values (written again for every dims the resolution
+  // serves); returns where they start, in int64s.
+  size_t add_values(const std::vector<Expression>& exprs) {
     const size_t offset = dim_values.size();
-    for (const auto& d : names) {
-      auto it = dims.find(d);
-      LUMINAL_CHECK(it != dims.end(), "execute: dimension '", d, "' has no value");
-      dim_values.push_back(it->second);
-      r.dim_names.push_back(d);
+    for (const auto& e : exprs) {
+      dim_values.push_back(e.eval(dims));
+      r.dim_exprs.push_back(e);
     }
     return offset;
+  }
+  size_t add_dims(const std::vector<std::string>& names) {
+    std::vector<Expression> exprs;
+    for (const auto& d : names) {
+      LUMINAL_CHECK(dims.count(d), "execute: dimension '", d, "' has no value");
+      exprs.push_back(Expression::var(d));
+    }
+    return add_values(exprs);
   }
 
   // Launch of a compiled kernel: inputs, output, the step's error slot, its dims.
@@ -962,11 +990,16 @@ void CudaRuntime::run(size_t slot, const DimMap& dims) {
   if (p.dims_info.size() >= 256 && !p.dims_info.count(key)) p.dims_info.clear();
   ProgramPlan::DimsInfo& info = p.dims_info[key];
   if (!info.computed) {
-    for (const Node& n : g.nodes()) {
-      if (n.op == OpKind::Input) info.input_numel.push_back(product(n.shape).eval(dims));
+    if (p.input_numel.empty() && p.output_numel.empty())
+      for (const Node& n : g.nodes()) {
+        if (n.op == OpKind::Input) p.input_numel.push_back(product(n.shape));
+        if (n.op == OpKind::Output) p.output_numel.push_back(product(n.shape));
+      }
+    for (const auto& e : p.input_numel) info.input_numel.push_back(e.eval(dims));
+    size_t output_index = 0;
+    for (const Node& n : g.nodes())
       if (n.op == OpKind::Output)
-        info.output_bytes.push_back(static_cast<size_t>(product(n.shape).eval(dims)) * dtype_bytes(n.dtype));
-    }
+        info.output_bytes.push_back(static_cast<size_t>(p.output_numel[output_index++].eval(dims)) * dtype_bytes(n.dtype));
     info.computed = true;
   }
   // Inputs: the user's device buffers, checked against their shapes.
@@ -995,6 +1028,10 @@ void CudaRuntime::run(size_t slot, const DimMap& dims) {
   auto needs_buffer = [&](NodeId id) { return g.node(id).op != OpKind::Input && !elsewhere[id]; };
   plan::ProgramBuffers now;
   bool fits = info.fits_version == p.arena_version;
+  if (!fits && !p.use_bytes.empty() && p.use_bytes.size() == p.planned_uses.size()) {
+    fits = true;  // the buffers' sizes against the plan's, without running the planner
+    for (size_t i = 0; fits && i < p.use_bytes.size(); ++i) fits = p.use_bytes[i].eval(dims) <= p.planned_uses[i].bytes;
+  }
   if (!fits) {
     now = plan::program_buffers(g, dims, needs_buffer, {}, [&](NodeId id) { return elsewhere[id] != 0; });
     fits = p.planned_uses.size() == now.uses.size();
@@ -1013,6 +1050,9 @@ void CudaRuntime::run(size_t slot, const DimMap& dims) {
     p.arena.offsets.assign(g.size(), plan::kNotInArena);
     for (size_t i = 0; i < now.nodes.size(); ++i) p.arena.offsets[now.nodes[i]] = packed.offsets[i];
     p.planned_uses = std::move(now.uses);
+    p.use_bytes.clear();
+    for (NodeId id : now.nodes)
+      p.use_bytes.push_back(product(g.node(id).shape) * static_cast<int64_t>(dtype_bytes(g.node(id).dtype)));
     ++p.arena_version;
   }
   info.fits_version = p.arena_version;
@@ -1118,6 +1158,27 @@ void CudaRuntime::run(size_t slot, const DimMap& dims) {
         case StepKind::Gemv:
         case StepKind::CublasLt: {
           const GemmLayout& l = *step.gemm;
+          if (runs_as_small_matmul(step, l, n.dtype, dims)) {
+            // Its sizes go to the dims buffer; the resolution holds while they stay positive.
+            rs.eval(l.m);
+            rs.positive(l.n);
+            rs.positive(l.k);
+            rs.positive(l.batch);
+            const size_t params = rs.add_values({l.m, l.n, l.k, l.batch, l.a.offset, l.a.row, l.a.col, l.a.batch,
+                                                 l.b.offset, l.b.row, l.b.col, l.b.batch});
+            const int64_t grid = rs.blocks(l.batch * l.m * ((l.n + 31) / 32));
+            LUMINAL_CHECK(grid <= std::numeric_limits<int32_t>::max(), "cuda: ", what, " needs ", grid,
+                          " blocks, above the grid limit");
+            api::CUfunction fn = s.shared->modules->function(small_matmul_source(n.dtype), kSmallMatmulKernelName);
+            const DevicePtr a = ptr[n.inputs[0].node], b = ptr[n.inputs[1].node], out = ptr[step.node];
+            Resolved* rp = &r;
+            r.ops.push_back({[fn, grid, a, b, out, params, rp](StreamHandle st) {
+                               launch_kernel(fn, static_cast<unsigned>(grid), kSmallMatmulThreads,
+                                             {a, b, out, rp->dims.ptr() + params * sizeof(int64_t)}, st);
+                             },
+                             false});
+            break;
+          }
           const int64_t m = rs.eval(l.m), nn = rs.eval(l.n), k = rs.eval(l.k), batch = rs.eval(l.batch);
           const DType dt = n.dtype;
           const int64_t esize = static_cast<int64_t>(dtype_bytes(dt));

@@ -325,6 +325,16 @@ void launch_kv_scatter(ModuleCache& cache, DType dtype, const KvCacheLayout& lay
   LUMINAL_CU(cuLaunchKernel, fn, blocks, static_cast<unsigned>(l.batch), 1u, 256u, 1u, 1u, 0u, stream, params, nullptr);
 }
 
+// ---- small matmul ----
+
+KernelSource small_matmul_source(DType dtype) {
+  LUMINAL_CHECK(dtype == DType::F32 || dtype == DType::F16 || dtype == DType::BF16,
+                "small matmul takes F32, F16 or BF16, got ", dtype_name(dtype));
+  return assemble(detail::concat("small_matmul_", lower(dtype_name(dtype))), embedded::kSmallMatmulCu,
+                  detail::concat("LUMINAL_SMALL_MATMUL_ENTRY(", kSmallMatmulKernelName, ", ", kernel_type_name(dtype),
+                                 ")"));
+}
+
 // ---- fill ----
 
 KernelSource fill_source(DType dtype) {
@@ -375,6 +385,7 @@ std::vector<KernelSource> all_kernel_sources() {
       }
     sources.push_back(assemble("kernels_" + lower(dtype_name(dt)), embedded::kGemvCu, entries));
     sources.push_back(fill_source(dt));
+    sources.push_back(small_matmul_source(dt));
     sources.push_back(rows_source(dt));
     sources.push_back(kv_scatter_source(dt));
     if (dt == DType::BF16) {

@@ -104,6 +104,21 @@ inline constexpr const char* kFillKernelName = "luminal_fill";
 void fill_uniform(ModuleCache& cache, DType dtype, DevicePtr out, int64_t count, uint32_t seed, float scale,
                   StreamHandle stream, FillSpecials specials = FillSpecials::None);
 
+// ---- small batched matmul, sizes and strides read from device memory ----
+// C[b, i, j] = sum_k A[b, i, k] B[b, k, j] (kernels/small_matmul.cu): the runtime's choice
+// for a matmul whose n or k changes from run to run (decode attention over a growing
+// cache) and whose m is at most kSmallMatmulMaxRows, so that its launch, and the graph
+// holding it, stay the same while the sizes change. Launch: kSmallMatmulThreads threads,
+// at least batch * m * ceil(n / 32) blocks; arguments (a, b, c, params), params pointing to
+// kSmallMatmulParams int64s in device memory: m, n, k, batch, then A's offset, row (m)
+// stride, column (k) stride, batch stride, then B's offset, row (k), column (n) and batch
+// strides, in elements.
+KernelSource small_matmul_source(DType dtype);
+inline constexpr const char* kSmallMatmulKernelName = "luminal_small_matmul";
+inline constexpr int kSmallMatmulParams = 12;
+inline constexpr unsigned kSmallMatmulThreads = 256;
+inline constexpr int64_t kSmallMatmulMaxRows = 16;
+
 // Every variant a build can launch, for ahead-of-time compilation and the NVRTC tests.
 std::vector<KernelSource> all_kernel_sources();
 

@@ -258,7 +258,7 @@ static void lm_run(F body, unsigned grid, unsigned block, int mode) {
 )";
 
 struct Function {
-  enum Kind_ { Emitted, Gemv, Fill } kind = Emitted;
+  enum Kind_ { Emitted, Gemv, Fill, SmallMatmul } kind = Emitted;
   void (*launch)(void**, unsigned, unsigned) = nullptr;  // Emitted
   int nargs = 0;                                        // Emitted: every argument is a pointer
   Kind dtype = Kind::F32;                               // Gemv / Fill
@@ -307,11 +307,14 @@ std::vector<std::vector<std::string>> macro_uses(const std::string& source, cons
 CUresult load_module(Module& m, const std::string& source) {
   // Hand-written families: host implementations of their launch contracts.
   bool hand_written = false;
-  for (const char* family : {"LUMINAL_GEMV_ENTRY", "LUMINAL_FILL_ENTRY"})
+  for (const char* family : {"LUMINAL_GEMV_ENTRY", "LUMINAL_FILL_ENTRY", "LUMINAL_SMALL_MATMUL_ENTRY"})
     for (const auto& args : macro_uses(source, family)) {
       if (args.size() < 2) continue;
       Function f;
-      f.kind = std::string(family) == "LUMINAL_GEMV_ENTRY" ? Function::Gemv : Function::Fill;
+      const std::string fam = family;
+      f.kind = fam == "LUMINAL_GEMV_ENTRY" ? Function::Gemv
+               : fam == "LUMINAL_FILL_ENTRY" ? Function::Fill
+                                             : Function::SmallMatmul;
       f.dtype = kind_of_type_name(args[1]);
       // LUMINAL_GEMV_ENTRY(NAME, T, TW, MMAX, RPW, ACT, UNROLL)
       if (f.kind == Function::Gemv && args.size() > 5) {
@@ -375,6 +378,26 @@ float host_activate(float v, int act) {
     default: return v;
   }
 }
+// kernels/small_matmul.cu's contract: sizes and strides read from device memory when it
+// runs (not when it is launched); only the blocks launched write.
+void host_small_matmul(Kind k, const CUdeviceptr* p, unsigned grid) {
+  std::lock_guard lock(big_lock());
+  const auto* prm = static_cast<const long long*>(host(p[3]));
+  const long long m = prm[0], n = prm[1], depth = prm[2], batch = prm[3];
+  const long long tiles = (n + 31) / 32;
+  const long long blocks = std::min<long long>(grid, batch * m * tiles);
+  for (long long block = 0; block < blocks; ++block) {
+    const long long row = block / tiles, j0 = block % tiles * 32, bi = row / m, i = row % m;
+    for (long long j = j0; j < std::min(n, j0 + 32); ++j) {
+      double acc = 0;
+      for (long long t = 0; t < depth; ++t)
+        acc += load(host(p[0]), prm[4] + bi * prm[7] + i * prm[5] + t * prm[6], k) *
+               load(host(p[1]), prm[8] + bi * prm[11] + t * prm[9] + j * prm[10], k);
+      store(host(p[2]), row * n + j, acc, k);
+    }
+  }
+}
+
 void host_gemv(Kind k, Kind kw, int act, const CUdeviceptr* p, const int* sizes) {
   const int M = sizes[0], N = sizes[1], K = sizes[2];
   for (int m = 0; m < M; ++m)
@@ -574,6 +597,11 @@ CUresult cuLaunchKernel(CUfunction fn, unsigned gx, unsigned gy, unsigned gz, un
     const Kind k = f.dtype, kw = f.weight_dtype;
     const int act = f.activation;
     submit(s, NodeType::Kernel, [=] { host_gemv(k, kw, act, p, sizes); });
+  } else if (f.kind == Function::SmallMatmul) {
+    CUdeviceptr p[4];
+    for (int i = 0; i < 4; ++i) std::memcpy(&p[i], params[i], sizeof(CUdeviceptr));
+    const Kind k = f.dtype;
+    submit(s, NodeType::Kernel, [=] { host_small_matmul(k, p, gx); });
   } else {
     CUdeviceptr out;
     long long n;
