@@ -197,6 +197,25 @@ LM_FN long long lm_lane_sum(long long a) { for (int o = 16; o > 0; o >>= 1) a = 
 LM_FN float lm_lane_max(float a) { for (int o = 16; o > 0; o >>= 1) a = lm_rmax(a, __shfl_xor_sync(0xffffffffu, a, o)); return a; }
 LM_FN double lm_lane_max(double a) { for (int o = 16; o > 0; o >>= 1) a = lm_rmax(a, __shfl_xor_sync(0xffffffffu, a, o)); return a; }
 LM_FN long long lm_lane_max(long long a) { for (int o = 16; o > 0; o >>= 1) a = lm_rmax(a, __shfl_xor_sync(0xffffffffu, a, o)); return a; }
+LM_FN double lm_add_(double a, double b) { return a + b; }
+LM_FN long long lm_add_(long long a, long long b) { return (long long)((unsigned long long)a + (unsigned long long)b); }
+/* A block's reduction (block-per-row kernels): lanes, then the warps' results in order. */
+#define LM_BLOCK_REDUCE(NAME, LANE, T, COMBINE) \
+  LM_FN T NAME(T a) { \
+    __shared__ T lm_part[32]; \
+    a = LANE(a); \
+    if ((threadIdx.x & 31u) == 0u) lm_part[threadIdx.x >> 5] = a; \
+    __syncthreads(); \
+    T r = lm_part[0]; \
+    for (unsigned w = 1; w < ((blockDim.x + 31u) >> 5); ++w) r = COMBINE(r, lm_part[w]); \
+    __syncthreads(); \
+    return r; \
+  }
+LM_BLOCK_REDUCE(lm_block_sum, lm_lane_sum, double, lm_add_)
+LM_BLOCK_REDUCE(lm_block_sum, lm_lane_sum, long long, lm_add_)
+LM_BLOCK_REDUCE(lm_block_max, lm_lane_max, float, lm_rmax)
+LM_BLOCK_REDUCE(lm_block_max, lm_lane_max, double, lm_rmax)
+LM_BLOCK_REDUCE(lm_block_max, lm_lane_max, long long, lm_rmax)
 )",
     kExpLog2Double,
     true,
@@ -426,6 +445,14 @@ class Emitter {
         line("if (row >= " + expr(p0.rows) + ") return;  /* whole warps leave together */");
         phase_body(p0);
         break;
+      case Geometry::BlockPerRow:
+        // lm_lane is the thread's place in the row's block; reductions end with a
+        // __syncthreads, which every thread of a block that has a row reaches.
+        line("const long long row = (long long)blockIdx.x;");
+        line("const int lm_lane = (int)threadIdx.x;");
+        line("if (row >= " + expr(p0.rows) + ") return;  /* whole blocks leave together */");
+        phase_body(p0);
+        break;
       case Geometry::SingleBlock: {
         // A scatter run in place (a KV-cache append) has no copy phase to wait for, so its
         // writes spread over every block the launch has (kernel::spread_blocks); otherwise
@@ -460,7 +487,13 @@ class Emitter {
            buffer_name(static_cast<size_t>(p.copies_input)) + ") {";
   }
 
-  bool lanes() const { return d_.lanes && k_.geometry == Geometry::WarpPerRow; }
+  // Threads share one row: a warp's lanes (WarpPerRow) or a block's threads (BlockPerRow).
+  bool lanes() const {
+    return d_.lanes && (k_.geometry == Geometry::WarpPerRow || k_.geometry == Geometry::BlockPerRow);
+  }
+  bool block_row() const { return lanes() && k_.geometry == Geometry::BlockPerRow; }
+  // How many threads share a row (they stride over its columns and reductions by it).
+  std::string lane_stride() const { return block_row() ? "(long long)blockDim.x" : "32"; }
 
   void phase_body(const Phase& p) {
     // Row scratch (Stash/Unstash): C++ keeps the row; on the GPU each lane keeps the
@@ -475,7 +508,7 @@ class Emitter {
       if (lanes()) open("if (lm_lane == 0) {");
       else open("{");
     } else if (lanes()) {
-      open("for (long long col = lm_lane; col < " + expr(p.cols) + "; col += 32) {");
+      open("for (long long col = lm_lane; col < " + expr(p.cols) + "; col += " + lane_stride() + ") {");
     } else {
       line("#pragma omp simd");  // columns are independent: each stores its own element
       open("for (long long col = 0; col < " + expr(p.cols) + "; ++col) {");
@@ -550,7 +583,7 @@ class Emitter {
     const bool split = lanes() && top_level_;
     bool outer = top_level_;
     top_level_ = false;
-    const std::string header = split ? "for (long long " + r + " = lm_lane; " + r + " < " + expr(s.index) + "; " + r + " += 32) {"
+    const std::string header = split ? "for (long long " + r + " = lm_lane; " + r + " < " + expr(s.index) + "; " + r + " += " + lane_stride() + ") {"
                                      : "for (long long " + r + " = 0; " + r + " < " + expr(s.index) + "; ++" + r + ") {";
     std::string x = "(" + at + ")" + val(s.args[0]);
     // C++: an innermost reduction of a single-precision value runs as a SIMD loop (lanes
@@ -594,7 +627,9 @@ class Emitter {
       close();
     }
     top_level_ = outer;
-    if (split) line(acc + " = " + (sum ? "lm_lane_sum(" : "lm_lane_max(") + acc + ");");
+    if (split)
+      line(acc + " = " + (block_row() ? (sum ? "lm_block_sum(" : "lm_block_max(") : (sum ? "lm_lane_sum(" : "lm_lane_max(")) +
+           acc + ");");
     std::string result = "(" + std::string(value_type(s.dtype)) + ")" + acc;
     if (is_half_float(s.dtype)) result = round_half(s.dtype, "(float)" + acc);
     line("const " + std::string(value_type(s.dtype)) + " v" + std::to_string(s.value) + " = " + result + ";");
@@ -645,7 +680,10 @@ class Emitter {
   }
 
   std::string scratch_ref(const Stmt& s) const {
-    return "lm_scratch" + std::to_string(s.buffer) + "[" + (lanes() ? "(" + expr(s.index) + ") >> 5" : expr(s.index)) + "]";
+    // A thread owns the columns it visits: scratch slot = column / threads sharing the row
+    // (sized for 32 of them, the fewest a row has).
+    const std::string slot = block_row() ? "(" + expr(s.index) + ") / (long long)blockDim.x" : "(" + expr(s.index) + ") >> 5";
+    return "lm_scratch" + std::to_string(s.buffer) + "[" + (lanes() ? slot : expr(s.index)) + "]";
   }
 
   std::string alu(const Stmt& s) const {

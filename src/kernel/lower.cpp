@@ -752,6 +752,16 @@ bool contains_reduce(const std::vector<Stmt>& stmts) {
   return std::any_of(stmts.begin(), stmts.end(), [](const Stmt& s) { return s.kind == StmtKind::Reduce; });
 }
 
+// Rows whose columns or top-level reductions span this many elements (a known count) run
+// a block per row on CUDA (Geometry::BlockPerRow).
+constexpr int64_t kBlockRowMin = 1024;
+int64_t longest_row_loop(const Phase& p, const Expression& cols) {
+  int64_t longest = cols.as_constant().value_or(0);
+  for (const Stmt& s : p.row_body)
+    if (s.kind == StmtKind::Reduce) longest = std::max(longest, s.index.as_constant().value_or(0));
+  return longest;
+}
+
 // A loop variable divided by its own extent: `$r % E` is `$r` and `$r / E` is 0, since
 // 0 <= $r < E. Views flattened over a dynamic axis leave these in index arithmetic (the
 // causal mask of attention over (p + s) keys), where the simplifier cannot see the loop's
@@ -968,6 +978,12 @@ std::optional<Kernel> lower_unfolded(const Region& region) {
       // Blocks of the last dim when it is static, at least a vector wide and not the whole.
       const auto w = rank >= 2 ? o.shape[rank - 1].as_constant() : std::nullopt;
       if (w && *w >= 16 && !(rows == Expression(*w))) k.row_block = *w;
+    } else if (longest_row_loop(p, cols) >= kBlockRowMin) {
+      // A long row (a norm over the hidden size) gets a block: one warp walking a decode
+      // step's 4096 elements alone took 23-39 us on the H200 (its loads wait in a chain).
+      k.geometry = Geometry::BlockPerRow;
+      k.block_x = 256;
+      k.grid_x = rows;
     } else {
       k.geometry = Geometry::WarpPerRow;
       k.block_x = 256;
@@ -1043,6 +1059,7 @@ std::string_view geometry_name(Geometry g) {
   switch (g) {
     case Geometry::Elementwise: return "elementwise";
     case Geometry::WarpPerRow: return "warp-per-row";
+    case Geometry::BlockPerRow: return "block-per-row";
     case Geometry::SingleBlock: return "single-block";
   }
   return "?";

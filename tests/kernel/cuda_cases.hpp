@@ -3,6 +3,8 @@
 // longer than a warp, lane-strided columns, elementwise kernels, the single-block Scatter.
 #pragma once
 
+#include "luminal/kernel/nvrtc.hpp"
+
 #include "harness.hpp"
 
 namespace luminal::kernel::testing {
@@ -48,6 +50,28 @@ inline std::vector<CudaCase> cuda_cases() {
       ((x * 1.5).exp2() + xt.sin() - x.sqrt()).pad(1, 2, 1).output();
       add("elementwise " + d, cx);
     }
+  }
+  // Rows of 1024 or more elements: a block per row (Geometry::BlockPerRow), its threads
+  // splitting the reductions and columns; odd lengths, so the last pass is partial.
+  for (DType dt : {DType::F32, DType::BF16}) {
+    std::string d(dtype_name(dt));
+    {
+      Graph cx;
+      auto x = cx.tensor({seq, 1500}, dt);
+      x.layer_norm(1, cx.tensor({1500}, dt), cx.tensor({1500}, dt)).output();
+      add("long-row layer norm " + d, cx, plain_values);
+    }
+    {
+      Graph cx;
+      cx.tensor({seq, 1031}, dt).softmax(1).output();
+      add("long-row softmax " + d, cx);
+    }
+  }
+  {
+    Graph cx;
+    NodeInput x = viewed_input(cx, DType::I32, ViewKind::Permute, seq, 1100);
+    add_output(cx, add_op(cx, OpKind::MaxReduce, DType::I32, {seq}, {x}, 1));
+    add("long-row integer max", cx);
   }
   for (DType dt : kAllDTypes)
     for (OpKind op : {OpKind::SumReduce, OpKind::MaxReduce}) {
@@ -100,7 +124,14 @@ inline void run_cuda_cases(const CudaLauncher& launch) {
     SCOPED_TRACE(c.name);
     auto k = lower(c.region);
     ASSERT_TRUE(k);
+    if (c.name.rfind("long-row", 0) == 0) {
+      EXPECT_EQ(k->geometry, Geometry::BlockPerRow);
+    }
     std::string source = emit_cuda(*k, "lm_kernel");
+    // NVRTC needs no GPU: the real compiler checks what the emulation runs.
+    if (nvrtc::available()) {
+      EXPECT_NO_THROW(nvrtc::compile(source, "lm_kernel", "sm_90"));
+    }
     const Graph& g = c.region.graph;
     std::mt19937 rng(7);
     for (const DimMap& dims : c.dims) {

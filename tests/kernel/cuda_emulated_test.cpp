@@ -18,6 +18,7 @@ constexpr std::string_view kShim = R"(#include <math.h>
 #define __device__
 #define __forceinline__ inline
 #define __restrict__ __restrict
+#define __shared__ static /* blocks run one after another: one copy serves each in turn */
 struct lm_dim3 { unsigned x = 0, y = 0, z = 0; };
 static thread_local lm_dim3 threadIdx, blockIdx;
 static lm_dim3 blockDim, gridDim;
@@ -83,7 +84,8 @@ TEST(KernelCudaEmulated, WarpsLanesAndBarriersMatchTheReference) {
     for (size_t i = 0; i < k.dim_names.size(); ++i) dm[k.dim_names[i]] = dims[i];
     // One warp per block: a warp-per-row kernel gets one row per block.
     const int64_t rows = k.phases[0].rows.eval(dm);
-    int64_t grid = k.geometry == Geometry::Elementwise ? (rows + 31) / 32 : k.geometry == Geometry::WarpPerRow ? rows : 1;
+    const bool row_per_block = k.geometry == Geometry::WarpPerRow || k.geometry == Geometry::BlockPerRow;
+    int64_t grid = k.geometry == Geometry::Elementwise ? (rows + 31) / 32 : row_per_block ? rows : 1;
     if (grid > 0) lib->function<void(void**, unsigned, unsigned)>("lm_launch")(args.data(), static_cast<unsigned>(grid), 32);
   });
 }

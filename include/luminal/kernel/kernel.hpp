@@ -108,6 +108,7 @@ enum class Geometry : uint8_t {
   Elementwise,  // CUDA: one thread per (row, col); cols == 1
   WarpPerRow,   // CUDA: a warp per row; lanes split top-level reductions and the cols
   SingleBlock,  // CUDA: one block runs the phases in order (Scatter); C++: extent 1
+  BlockPerRow,  // CUDA: a block per row (long rows: a decode step's norms); its threads split them
 };
 
 // Error codes written to the error slot (the caller zeroes it).

@@ -174,6 +174,7 @@ constexpr const char* kShim = R"(#include <math.h>
 #define __device__
 #define __forceinline__ inline
 #define __restrict__ __restrict
+#define __shared__ static /* blocks run one after another: one copy serves each in turn */
 struct lm_dim3 { unsigned x = 0, y = 0, z = 0; };
 static thread_local lm_dim3 threadIdx, blockIdx;
 static lm_dim3 blockDim, gridDim;
@@ -340,7 +341,9 @@ CUresult load_module(Module& m, const std::string& source) {
     // The kernel's body: up to the next entry point. Its barriers decide how it is run.
     const size_t to = source.find(marker, from + 1);
     const std::string body = source.substr(from, to == std::string::npos ? std::string::npos : to - from);
-    const int mode = body.find("__syncthreads") != std::string::npos ? 2 : body.find("lm_lane") != std::string::npos ? 1 : 0;
+    const int mode = body.find("__syncthreads") != std::string::npos || body.find("lm_block_") != std::string::npos ? 2
+                     : body.find("lm_lane") != std::string::npos                                                   ? 1
+                                                                                                                   : 0;
     launchers += "extern \"C\" void " + name + "__lm_launch(void** a, unsigned grid, unsigned block) {\n" +
                  "  lm_run([&] { lm_call(" + name + ", a, std::make_index_sequence<" +
                  std::to_string(nargs) + ">{}); }, grid, block, " + std::to_string(mode) + ");\n}\n";
