@@ -12,6 +12,7 @@
 // runtime, rules, options, build) is loaded from the program cache instead of step 2.
 #include "luminal/compile.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -360,9 +361,25 @@ std::optional<std::string> verify_choice(const SaturatedSegment& seg, const Runt
   return std::nullopt;
 }
 
+// The dims a choice is verified at: a bucketed dim at most kVerifyDimCap (within its
+// bucket), others as searched. Verification runs the unrewritten program, whose
+// materialised products grow with the dims (a 512-token prefill of an 8B layer multiplies
+// 512 x 4096 x 4096 elements); a rewrite that is wrong is wrong at an odd size above a warp
+// too, and 37 is not a multiple of any tile, where 512 is.
+constexpr int64_t kVerifyDimCap = 37;
+DimMap verification_dims(const DimMap& dims, const BucketRanges& ranges) {
+  DimMap out = dims;
+  for (const auto& [dim, range] : ranges) {
+    auto it = out.find(dim);
+    if (it != out.end()) it->second = std::clamp(std::min(it->second, kVerifyDimCap), range.first, range.second);
+  }
+  return out;
+}
+
 // Search one segment at one bucket; returns the chosen program.
 search::SegmentProgram search_segment(const SaturatedSegment& seg, const Runtime& target, const CompileOptions& o,
-                                      const DimMap& dims, double time_left_s, CompileReport& report) {
+                                      const DimMap& dims, const BucketRanges& ranges, double time_left_s,
+                                      CompileReport& report) {
   auto t0 = clock_type::now();
   const search::ChoiceSpace& space = seg.space;
   report.choice_slots += static_cast<int64_t>(space.slots.size());
@@ -401,7 +418,7 @@ search::SegmentProgram search_segment(const SaturatedSegment& seg, const Runtime
   if (verify && best != source && missing_dim.empty()) {
     auto t1 = clock_type::now();
     report.verified++;
-    if (auto why = verify_choice(seg, target, dims, best, source, o.seed_ + 101)) {
+    if (auto why = verify_choice(seg, target, verification_dims(dims, ranges), best, source, o.seed_ + 101)) {
       report.verify_failures++;
       std::string rules;
       for (const auto& r : seg.rules_fired) rules += (rules.empty() ? "" : ", ") + r;
@@ -580,7 +597,7 @@ void Graph::compile_into(Runtime& runtime, const CompileOptions& options) const 
       if (!sat) sat = saturate_segment(segment, runtime, options, report);
       else report.segments_reused++;
       double left = (budget - (report.search_s + report.saturate_s)) * share;
-      search::SegmentProgram chosen = search_segment(*sat, runtime, options, combo.dims, left, report);
+      search::SegmentProgram chosen = search_segment(*sat, runtime, options, combo.dims, combo.ranges, left, report);
       if (!cache_key.empty()) cache->store(cache_key, chosen);
       return chosen;
     };

@@ -5,7 +5,8 @@
 // step. The floor is bytes moved / the device-to-device copy bandwidth measured here.
 // Prints one JSON object per line; bench/suite_cuda.py adds PyTorch peers.
 //
-//   suite_cuda_linear [--quick] [--budget-s SECONDS]
+//   suite_cuda_linear [--quick] [--budget-s SECONDS] [--shape KxN ...] [--rows M ...]
+// --shape and --rows replace the default shapes and row counts (a GEMV sweep of one shape).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -70,11 +71,19 @@ std::string config_name(const GemvConfig& c) {
 int main(int argc, char** argv) {
   bool quick = false;
   double budget_s = 150;
+  std::vector<Shape> chosen_shapes;
+  std::vector<int> chosen_rows;
   for (int i = 1; i < argc; ++i) {
+    int k = 0, n = 0;
     if (!std::strcmp(argv[i], "--quick")) quick = true;
     else if (!std::strcmp(argv[i], "--budget-s") && i + 1 < argc) budget_s = std::atof(argv[++i]);
+    else if (!std::strcmp(argv[i], "--shape") && i + 1 < argc && std::sscanf(argv[i + 1], "%dx%d", &k, &n) == 2 &&
+             k > 0 && n > 0)
+      chosen_shapes.push_back({k, n}), ++i;
+    else if (!std::strcmp(argv[i], "--rows") && i + 1 < argc && std::atoi(argv[i + 1]) > 0)
+      chosen_rows.push_back(std::atoi(argv[++i]));
     else {
-      std::fprintf(stderr, "usage: %s [--quick] [--budget-s SECONDS]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--quick] [--budget-s SECONDS] [--shape KxN ...] [--rows M ...]\n", argv[0]);
       return 2;
     }
   }
@@ -110,9 +119,12 @@ int main(int argc, char** argv) {
         .num("l2_mb", ctx.info().l2_bytes / 1e6)
         .print();
 
-    std::vector<Shape> shapes{{4096, 4096}, {4096, 14336}, {14336, 4096}, {4096, 128256}};
+    // The four shapes, and the k/v projections of grouped-query attention (1024 outputs).
+    std::vector<Shape> shapes{{4096, 4096}, {4096, 14336}, {14336, 4096}, {4096, 128256}, {4096, 1024}};
     std::vector<int> row_counts{1, 16, 512};
     if (quick) shapes.resize(1), row_counts = {1};
+    if (!chosen_shapes.empty()) shapes = chosen_shapes;
+    if (!chosen_rows.empty()) row_counts = chosen_rows;
     uint32_t seed = 1;
     for (const Shape& shape : shapes) {
       const size_t weight_bytes = size_t(shape.N) * shape.K * 2;
