@@ -68,9 +68,12 @@ GemvConfig choose_gemv_config(int M, int N, int K, int sm_count) {
     // outputs and 4 beyond, K split 2 ways for narrow layers, 8 for ~14K outputs and 4 for
     // vocabulary-sized ones (9.7 / 29.3 / 28.8 / 231.8 us against 11.4 / 32.7 / 31.1 /
     // 251.7 us for the generic rule below).
-    config.unroll = 2;
+    // Narrower layers (grouped-query attention's k and v projections, 1024 outputs) give
+    // too few blocks at 2-way split: 8 ways and 4 loads in flight took 4.18 us against 5.29
+    // at 4096 x 1024 (2048 outputs: 4 ways, 6.06 against 6.48; session 8's sweep).
+    config.unroll = N <= 1536 ? 4 : 2;
     config.rows_per_warp = N >= 8192 ? 4 : 2;
-    config.ksplit = N <= 8192 ? 2 : N <= 32768 ? 8 : 4;
+    config.ksplit = N <= 1536 ? 8 : N <= 3072 ? 4 : N <= 8192 ? 2 : N <= 32768 ? 8 : 4;
     return config;
   }
   // Two outputs per warp halve the x loads per weight load once several rows share them.
