@@ -80,6 +80,7 @@ inline void fill_random(Runtime& rt, TestModel& m, uint32_t seed = 1) {
 struct CacheAppendGraph {
   GraphTensor cache, rows;
   std::vector<GraphTensor> outputs;
+  GraphTensor update;  // the cache's update Output (readable after a run: the new cache)
 };
 inline CacheAppendGraph build_cache_append(Graph& cx, int64_t max_seq, int64_t heads, int64_t dim, bool second_reader) {
   const Expression p = Expression::var("p"), s = Expression::var("s");
@@ -88,7 +89,7 @@ inline CacheAppendGraph build_cache_append(Graph& cx, int64_t max_seq, int64_t h
   c.rows = cx.named_tensor("rows", {s, heads, dim});
   GraphTensor index = cx.iota(p + Expression::index() / (heads * dim), {s, heads, dim}, DType::I32);
   GraphTensor next = c.cache.scatter(0, index, c.rows);
-  cx.update(c.cache, next);
+  c.update = cx.update(c.cache, next);
   c.outputs = {(next.slice(0, Expression(0), p + s) * 3.0 - 1.0).sum({0}).output()};
   if (second_reader) c.outputs.push_back(c.cache.slice(0, 0, 4).sum({1}).output());
   cx.set_dim("p", 0);

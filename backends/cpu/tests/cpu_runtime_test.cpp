@@ -388,7 +388,7 @@ TEST(CpuBackend, CacheAppendRunsInPlace) {
   for (bool second_reader : {false, true}) {
     const int64_t max_seq = 64, heads = 3, dim = 5;
     Graph cx;
-    auto [cache, rows, outs] = luminal::testing::build_cache_append(cx, max_seq, heads, dim, second_reader);
+    auto [cache, rows, outs, update] = luminal::testing::build_cache_append(cx, max_seq, heads, dim, second_reader);
     auto cpu = cx.compile(cpu::CpuRuntime{}, CompileOptions().search_graph_limit(4).trials(1));
     auto ref = cx.compile(ReferenceRuntime{}, CompileOptions().search_graph_limit(1));
     HostTensor start = varied(DType::F32, static_cast<size_t>(max_seq * heads * dim), 7, false);
@@ -405,6 +405,7 @@ TEST(CpuBackend, CacheAppendRunsInPlace) {
       ref.execute(dims);
       std::vector<GraphTensor> checked = outs;
       checked.push_back(cache);
+      checked.push_back(update);  // the update Output reads as the new cache
       for (const auto& t : checked) {
         auto got = cpu.get(t).to_f64(), want = ref.get(t).to_f64();
         ASSERT_EQ(got.size(), want.size());

@@ -732,7 +732,7 @@ TEST(CudaRuntime, CacheAppendRunsInPlace) {
   for (bool second_reader : {false, true}) {
     const int64_t max_seq = 64, heads = 3, dim = 5;
     luminal::Graph cx;
-    auto [cache, rows, outs] = luminal::testing::build_cache_append(cx, max_seq, heads, dim, second_reader);
+    auto [cache, rows, outs, update] = luminal::testing::build_cache_append(cx, max_seq, heads, dim, second_reader);
     auto gpu = cx.compile(cuda::CudaRuntime{}, CompileOptions().search_graph_limit(4).trials(1));
     auto ref = cx.compile(ReferenceRuntime{}, CompileOptions().search_graph_limit(1));
     HostTensor start = varied(DType::F32, static_cast<size_t>(max_seq * heads * dim), 7, false);
@@ -755,8 +755,14 @@ TEST(CudaRuntime, CacheAppendRunsInPlace) {
       for (size_t k = 0; k < cached.size(); ++k) ASSERT_TRUE(same_value(cached[k], want[k], 0)) << what << ", element " << k;
       for (size_t k = 0; k < appended.size(); ++k)
         ASSERT_TRUE(same_value(cached[static_cast<size_t>(pos * heads * dim) + k], appended[k], 0)) << what << ", row element " << k;
+      // The update Output reads as the new cache; run in place, it is the cache's own
+      // buffer (no copy of the whole cache per run).
+      auto updated = gpu.get(update).to_f64();
+      ASSERT_EQ(updated.size(), want.size());
+      for (size_t k = 0; k < updated.size(); ++k) ASSERT_TRUE(same_value(updated[k], want[k], 0)) << what << ", update " << k;
       if (!second_reader) {
         EXPECT_LT(gpu.last_arena_bytes(), max_seq * heads * dim * 4) << what;
+        EXPECT_EQ(gpu.device_pointer(update.id()), gpu.device_pointer(cache.id())) << what;
       }
       pos += len;
     }
