@@ -531,7 +531,8 @@ std::optional<std::string> compare_outputs(const HostTensor& got, const HostTens
 std::string CompileReport::to_string() const {
   std::ostringstream os;
   os << "compile: " << total_s << " s (repeats " << find_repeats_s << ", e-graph " << build_egraph_s
-     << ", saturate " << saturate_s << ", search " << search_s << ", verify " << verify_s << ", stitch+load "
+     << ", saturate " << saturate_s << ", search " << search_s << " (of which compiling and loading candidates "
+     << setup_s << "), verify " << verify_s << ", stitch+load "
      << stitch_load_s << "); " << segments_compiled << " segments searched (" << segments_reused
      << " reused a saturated e-graph), " << segments_cached << " from the program cache";
   if (block_copies) os << ", block of " << block_period << " nodes x " << block_copies;
