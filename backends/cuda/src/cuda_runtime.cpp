@@ -317,10 +317,11 @@ struct Op {
 
 // LUMINAL_CUDA_PROFILE=1: runs go eagerly (no graphs), each op timed with events; the
 // totals by label print on stderr when the runtime goes away, longest first.
-bool profile_from_env() {
-  const char* v = std::getenv("LUMINAL_CUDA_PROFILE");
+bool env_on(const char* name) {
+  const char* v = std::getenv(name);
   return v && *v && std::string_view(v) != "0";
 }
+bool profile_from_env() { return env_on("LUMINAL_CUDA_PROFILE"); }
 struct OpProfile {
   double ms = 0;
   int64_t calls = 0;
@@ -359,7 +360,7 @@ struct Resolved {
   std::vector<Probe> probes;            // every dims-dependent value its launches hold
   std::vector<Expression> dim_exprs;    // the dims buffer: these expressions' values, in order
   std::vector<int64_t> dims_key;        // the dims the buffer holds now
-  DeviceBuffer dims;         // each kernel's dims, in its dim_names order
+  DeviceBuffer dims;         // the values of dim_exprs (each kernel's dims, small matmuls' sizes)
   DeviceBuffer scratch[2];   // matmul operand copies (the largest step's)
   std::vector<DeviceBuffer> custom_scratch;
   uint64_t id = 0;                         // unique in its plan: what the plan's live graph holds
@@ -520,10 +521,7 @@ struct CudaRuntime::State {
   enum Phase { kPrepare, kResolve, kGraph, kLaunch, kWait, kPhases };
   double host_ms[kPhases] = {};
   int64_t timed_runs = 0;
-  bool print_host_times = [] {
-    const char* v = std::getenv("LUMINAL_CUDA_HOST_TIMES");
-    return v && *v && std::string_view(v) != "0";
-  }();
+  bool print_host_times = env_on("LUMINAL_CUDA_HOST_TIMES");
   std::string last_update_refusal;  // why the last refused update was refused
   std::map<std::string, OpProfile> op_profile;
   int64_t profiled_runs = 0;
