@@ -309,20 +309,32 @@ class SegmentProfiler {
 // compile generating and copying); the outputs by segment id, or the error message. The
 // inputs are made again for every program, so state a program updates in place (a KV
 // cache) does not reach the next one.
+// With `trace` (verbose), where its time went: loading (compiling kernels), making the
+// inputs, running, reading the outputs back.
 std::variant<std::vector<std::pair<NodeId, HostTensor>>, std::string> run_on_made_inputs(
     Runtime& rt, search::Extracted program, const Graph& segment, const DimMap& dims, uint64_t seed,
-    InputValues values) {
+    InputValues values, const char* trace = nullptr) {
   try {
+    auto t0 = clock_type::now();
     for (NodeId i = 0; i < program.program.size(); ++i)
       if (program.program.node(i).op == OpKind::Input) program.program.mutable_node(i).persist = true;
     rt.load_program(0, program.program, program.io_of);
+    const double load_s = since(t0);
+    t0 = clock_type::now();
     for (NodeId i = 0; i < segment.size(); ++i)
       if (segment.node(i).op == OpKind::Input) rt.fill_profiling_input(i, segment.node(i), dims, seed + i, values);
+    const double fill_s = since(t0);
+    t0 = clock_type::now();
     rt.execute(dims);
+    const double run_s = since(t0);
+    t0 = clock_type::now();
     std::vector<std::pair<NodeId, HostTensor>> outs;
     for (NodeId i = 0; i < program.program.size(); ++i)
       if (program.program.node(i).op == OpKind::Output && program.io_of[i] != kNoNode)
         outs.emplace_back(program.io_of[i], rt.get_tensor(program.io_of[i]));
+    if (trace)
+      std::fprintf(stderr, "\n  verify, %s program of %zu nodes: load %.2f s, inputs %.2f s, run %.2f s, read %.2f s", trace,
+                   program.program.size(), load_s, fill_s, run_s, since(t0));
     return outs;
   } catch (const DeviceLost&) {
     throw;  // not a verdict on the program: nothing can run on that device any more
@@ -334,7 +346,8 @@ std::variant<std::vector<std::pair<NodeId, HostTensor>>, std::string> run_on_mad
 // The chosen program must agree with the unrewritten one on adversarial inputs; nullopt
 // when it does, else why not.
 std::optional<std::string> verify_choice(const SaturatedSegment& seg, const Runtime& target, const DimMap& dims,
-                                         const search::Genome& chosen, const search::Genome& source, uint64_t seed) {
+                                         const search::Genome& chosen, const search::Genome& source, uint64_t seed,
+                                         bool verbose) {
   auto a = search::extract(seg.lowered, seg.space, chosen);
   auto b = search::extract(seg.lowered, seg.space, source);
   LUMINAL_ASSERT(a && b, "verify: programs must extract");
@@ -344,9 +357,9 @@ std::optional<std::string> verify_choice(const SaturatedSegment& seg, const Runt
     auto rt = target.fresh();  // one runtime for both programs: the inputs' buffers are reused
     const uint64_t round_seed = seed + 1000 * round;
     const InputValues values = round == 1 ? special : InputValues::Uniform;
-    auto want = run_on_made_inputs(*rt, *b, *seg.graph, dims, round_seed, values);
+    auto want = run_on_made_inputs(*rt, *b, *seg.graph, dims, round_seed, values, verbose ? "unrewritten" : nullptr);
     if (want.index() == 1) return std::nullopt;  // the unrewritten program itself rejects these inputs
-    auto got = run_on_made_inputs(*rt, *a, *seg.graph, dims, round_seed, values);
+    auto got = run_on_made_inputs(*rt, *a, *seg.graph, dims, round_seed, values, verbose ? "chosen" : nullptr);
     if (got.index() == 1) return "it throws where the unrewritten program does not: " + std::get<1>(got);
     for (auto& [id, t] : std::get<0>(got))
       for (auto& [wid, w] : std::get<0>(want)) {
@@ -418,7 +431,7 @@ search::SegmentProgram search_segment(const SaturatedSegment& seg, const Runtime
   if (verify && best != source && missing_dim.empty()) {
     auto t1 = clock_type::now();
     report.verified++;
-    if (auto why = verify_choice(seg, target, verification_dims(dims, ranges), best, source, o.seed_ + 101)) {
+    if (auto why = verify_choice(seg, target, verification_dims(dims, ranges), best, source, o.seed_ + 101, o.verbose_)) {
       report.verify_failures++;
       std::string rules;
       for (const auto& r : seg.rules_fired) rules += (rules.empty() ? "" : ", ") + r;
