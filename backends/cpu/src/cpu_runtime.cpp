@@ -177,6 +177,9 @@ struct CpuRuntime::Shared {
 };
 
 struct CpuRuntime::State {
+  // An update Output run in place (a KV-cache append) that the caller may read: it reads
+  // as its state, by external id, instead of a copy of the whole cache made every run.
+  std::unordered_map<NodeId, NodeId> output_state;
   // LUMINAL_CPU_PROFILE=1: time every step and print the slowest on destruction.
   bool profile_steps = std::getenv("LUMINAL_CPU_PROFILE") != nullptr;
   std::map<std::string, std::pair<double, int64_t>> step_time;  // description -> (seconds, runs)
@@ -369,12 +372,16 @@ void CpuRuntime::set_tensor(NodeId input, HostTensor data) {
   state_->data[input] = data.dtype == n->dtype ? std::move(data) : data.cast(n->dtype);
 }
 
-bool CpuRuntime::has_tensor(NodeId node) const { return state_->data.count(node) > 0; }
+bool CpuRuntime::has_tensor(NodeId node) const {
+  auto alias = state_->output_state.find(node);
+  return state_->data.count(alias != state_->output_state.end() ? alias->second : node) > 0;
+}
 
 HostTensor CpuRuntime::get_tensor(NodeId node) const {
   const Node* n = state_->find_io(node);
   LUMINAL_CHECK(n != nullptr, "tensor ", node, " is not an input or output of the loaded program");
-  auto it = state_->data.find(node);
+  auto alias = state_->output_state.find(node);
+  auto it = state_->data.find(alias != state_->output_state.end() ? alias->second : node);
   LUMINAL_CHECK(it != state_->data.end(), "tensor ", node, " ('", n->label, "') has no data: ",
                 n->op == OpKind::Output ? "execute has not run"
                                         : "it was never set, or a previous execute consumed it (persist() keeps it)");
@@ -602,7 +609,14 @@ void CpuRuntime::run(size_t slot, const DimMap& dims) {
   for (NodeId i = 0; i < g.size(); ++i) {
     const Node& n = g.node(i);
     if (n.op != OpKind::Output) continue;
-    if (p.in_place_output[i] && p.external_ids[i] == kNoNode) continue;  // already in its state
+    if (p.in_place_output[i]) {  // already in its state, which it reads as
+      if (p.external_ids[i] != kNoNode) {
+        s.data.erase(p.external_ids[i]);
+        s.output_state[p.external_ids[i]] = p.external_ids[n.updates];
+      }
+      continue;
+    }
+    if (p.external_ids[i] != kNoNode) s.output_state.erase(p.external_ids[i]);
     HostTensor t;
     if (p.direct_outputs.count(i)) {
       t = std::move(p.spare_outputs[i]);
