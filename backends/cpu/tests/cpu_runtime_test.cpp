@@ -96,6 +96,21 @@ TEST(CpuBackend, ElementwiseAndReductions) {
   });
 }
 
+// Several kernels reading one Iota or Constant (the wheres of tanh, GELU and clamps in
+// different kernels): each kernel computes its own copy (kernel::fuse_program), with
+// specials in the selected and the unselected values, odd sizes and a broadcast operand.
+TEST(CpuBackend, WheresInSeparateKernelsShareTheirIndexes) {
+  check("wheres in several kernels", [](Graph& cx, std::vector<GraphTensor>& in) {
+    auto x = cx.tensor({5, 37});
+    auto y = cx.tensor({5, 37});
+    auto b = cx.tensor({37});
+    in = {x, y, b};
+    auto bx = x + b;
+    return std::vector<GraphTensor>{bx.tanh(), (y * 2.0).tanh(), GraphTensor::where(x.lt(y), bx, y * 3.0),
+                                    bx.gelu_tanh().sum({1}), y.clamp(-1.0, 2.0), bx.relu()};
+  });
+}
+
 TEST(CpuBackend, FusedNormsAndSoftmax) {
   check("softmax / norms", [](Graph& cx, std::vector<GraphTensor>& in) {
     auto x = cx.tensor({6, 33});
