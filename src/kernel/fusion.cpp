@@ -255,6 +255,23 @@ bool recomputed_leaf(const Node& n) {
   return (n.op == OpKind::Iota || n.op == OpKind::Constant) && n.inputs.empty() && n.updates == kNoNode;
 }
 
+// Does `consumer` (a Gather, or a Fused node holding one) replicate its read of `producer`
+// (kernel::replicated_by_gather)?
+bool reads_replicated(const Graph& program, NodeId consumer, NodeId producer) {
+  const Node& c = program.node(consumer);
+  if (c.op == OpKind::Gather) {
+    if (c.inputs.size() != 2 || c.inputs[1].node != producer) return false;
+    auto n = product(c.shape).as_constant(), d = product(program.node(producer).shape).as_constant();
+    return n && d && *n >= 2 * *d;
+  }
+  if (c.op != OpKind::BackendOp) return false;
+  const Graph& sg = fused_region(c)->graph;
+  const std::vector<NodeId> ins = sg.inputs();
+  for (size_t k = 0; k < c.inputs.size() && k < ins.size(); ++k)
+    if (c.inputs[k].node == producer && replicated_by_gather(sg, ins[k])) return true;
+  return false;
+}
+
 // The region computing `members` (program ids, ascending; the last is the root), whose
 // other results are read only inside it; nullopt when a member cannot be inlined.
 // Producers outside the group that are recomputed leaves are copied in, not read.
@@ -373,10 +390,11 @@ Graph fuse_program(const Graph& program, std::vector<NodeId>& old_to_new) {
     for (NodeId c : consumers[i]) same = same && group[c] == g;
     // A matmul's product stays with the GEMM rules, not in a loop nest; a value read through
     // an outer broadcast stays materialised (computed once, not once per outer index).
+    // Nor is a value that a gather replicates (a convolution's im2col): computed once.
     for (NodeId c : consumers[i]) {
       same = same && !(program.node(c).op == OpKind::SumReduce && is_matmul_mul(&node, program.node(c).axis));
       const bool cheap = node.op == OpKind::Constant || node.op == OpKind::Iota;
-      same = same && (cheap || !reads_through_outer_broadcast(program.node(c), i));
+      same = same && (cheap || (!reads_through_outer_broadcast(program.node(c), i) && !reads_replicated(program, c, i)));
     }
     if (same) group[i] = g;
   }

@@ -446,6 +446,52 @@ TEST(KernelFused, RefusesReductionsThatWouldBeRecomputed) {
   }
 }
 
+// A gather with at least twice the elements of its data (a convolution's im2col) reads
+// each data element several times: a computed data operand stays a kernel of its own
+// (computed once) rather than being recomputed inside the gather's loop per read. A
+// where's gather (half its concatenated data) still fuses.
+TEST(KernelFused, GathersThatReplicateAComputedOperandLeaveItMaterialised) {
+  auto node = [](OpKind op, DType dt, Shape shape) {
+    Node n;
+    n.op = op;
+    n.dtype = dt;
+    n.shape = std::move(shape);
+    return n;
+  };
+  auto exp = singleton(node(OpKind::Exp2, DType::F32, {12}),
+                       std::vector{FuseOperand{nullptr, DType::F32, {12}, ShapeTracker::contiguous({12})}});
+  ASSERT_TRUE(exp);
+  for (int64_t reads : {11, 12, 23, 24, 36}) {
+    auto gathered = fuse(node(OpKind::Gather, DType::F32, {reads}),
+                         std::vector{FuseOperand{nullptr, DType::I32, {reads}, ShapeTracker::contiguous({reads})},
+                                     FuseOperand{&*exp, DType::F32, {12}, ShapeTracker::contiguous({12})}});
+    EXPECT_EQ(gathered.has_value(), reads < 24) << reads << " reads of 12 elements";
+  }
+  // Data that is only read (an input) fuses at any size.
+  auto read_only = singleton(node(OpKind::Gather, DType::F32, {36}),
+                             std::vector{FuseOperand{nullptr, DType::I32, {36}, ShapeTracker::contiguous({36})},
+                                         FuseOperand{nullptr, DType::F32, {12}, ShapeTracker::contiguous({12})}});
+  ASSERT_TRUE(read_only);
+  auto scaled = fuse(node(OpKind::Sin, DType::F32, {36}),
+                     std::vector{FuseOperand{&*read_only, DType::F32, {36}, ShapeTracker::contiguous({36})}});
+  EXPECT_TRUE(scaled);
+
+  // fuse_program keeps the same boundary in an extracted program.
+  for (int64_t reads : {12, 36}) {
+    Graph g;
+    NodeId x = add_input(g, DType::F32, {12});
+    NodeId idx = add_input(g, DType::I32, {reads});
+    NodeId e = add_op(g, OpKind::Exp2, DType::F32, {12}, {{x, ShapeTracker::contiguous({12})}});
+    NodeId gathered = add_op(g, OpKind::Gather, DType::F32, {reads},
+                             {{idx, ShapeTracker::contiguous({reads})}, {e, ShapeTracker::contiguous({12})}});
+    add_output(g, add_op(g, OpKind::Sin, DType::F32, {reads}, {{gathered, ShapeTracker::contiguous({reads})}}));
+    std::vector<NodeId> old_to_new;
+    const Graph fused = fuse_program(g, old_to_new);
+    EXPECT_EQ(old_to_new[e] != kNoNode, reads == 36) << reads << " reads: the exp2 " << (reads == 36 ? "is" : "is not")
+                                                    << " computed on its own";
+  }
+}
+
 TEST(KernelFused, FuseBuildsRegionsStepByStep) {
   auto node = [](OpKind op, Shape shape, int axis = -1) {
     Node n;
