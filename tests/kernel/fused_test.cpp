@@ -125,7 +125,8 @@ int count_stmts(const std::vector<Stmt>& stmts, StmtKind kind, std::optional<OpK
 // Structurally identical nodes compute one value: an extracted program can hold several
 // copies of a reduction (softmax's max once per consumer, layer norm's mean three times),
 // and each copy used to be its own pass over the row. Nodes that differ only in a
-// constant's bits (0.0 and -0.0), a view or an axis stay apart.
+// constant's bits (0.0 and -0.0), a view or a reduction's axis stay apart (an elementwise
+// node's axis is only a label).
 TEST(KernelFused, IdenticalNodesAreComputedOnce) {
   {
     Graph cx;  // softmax built with two copies of the max and of exp(x - max)
@@ -138,6 +139,24 @@ TEST(KernelFused, IdenticalNodesAreComputedOnce) {
     const Phase& p = k->phases[0];
     EXPECT_EQ(count_stmts(p.row_body, StmtKind::Reduce), 2);  // one max, one sum
     EXPECT_EQ(count_stmts(p.col_body, StmtKind::Alu, OpKind::Exp2), 0);  // exp read back from the row scratch
+    EXPECT_EQ(count_stmts(p.col_body, StmtKind::Unstash), 1);
+  }
+  {
+    Graph cx;  // the same, with one copy's elementwise nodes labelled with another axis (as rewrites leave them)
+    auto x = cx.tensor({kSeq, 13});
+    const NodeId first = static_cast<NodeId>(cx.size());
+    auto e1 = (x - x.max({1}, true)).exp();
+    for (NodeId i = first; i < cx.size(); ++i) {
+      Node& n = cx.mutable_node(i);
+      if (op_category(n.op) == OpCategory::Unary || op_category(n.op) == OpCategory::Binary) n.axis = i % 2 ? 0 : -1;
+    }
+    auto e2 = (x - x.max({1}, true)).exp();
+    (e1 / e2.sum({1}, true)).output();
+    auto k = lower(Region{cx});
+    ASSERT_TRUE(k);
+    const Phase& p = k->phases[0];
+    EXPECT_EQ(count_stmts(p.row_body, StmtKind::Reduce), 2);
+    EXPECT_EQ(count_stmts(p.col_body, StmtKind::Alu, OpKind::Exp2), 0);
     EXPECT_EQ(count_stmts(p.col_body, StmtKind::Unstash), 1);
   }
   {
