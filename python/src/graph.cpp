@@ -99,6 +99,8 @@ void bind_graph(nb::module_& m) {
       .def_ro("candidates", &CompileReport::candidates)
       .def_ro("plans", &CompileReport::plans)
       .def_ro("egraph_nodes", &CompileReport::egraph_nodes)
+      .def_ro("block_copies", &CompileReport::block_copies, "Copies of the repeated block (layers) found, 0 if none.")
+      .def_ro("block_period", &CompileReport::block_period, "Nodes in one copy of the repeated block.")
       .def_ro("notes", &CompileReport::notes)
       .def("__str__", &CompileReport::to_string);
 

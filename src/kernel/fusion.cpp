@@ -247,17 +247,44 @@ bool reads_through_outer_broadcast(const Node& consumer, NodeId producer) {
   return false;
 }
 
+// A node with no inputs that a kernel computes from its loop indexes alone (an Iota, a
+// Constant): copied into every fused region that reads it instead of being a kernel of its
+// own whose buffer the regions load. Inside, a `where`'s gather index (Iota + Bool * n) is
+// seen for what it is and lowers to a select; loaded from a buffer, it stays a gather.
+bool recomputed_leaf(const Node& n) {
+  return (n.op == OpKind::Iota || n.op == OpKind::Constant) && n.inputs.empty() && n.updates == kNoNode;
+}
+
+// Does `consumer` (a Gather, or a Fused node holding one) replicate its read of `producer`
+// (kernel::replicated_by_gather)?
+bool reads_replicated(const Graph& program, NodeId consumer, NodeId producer) {
+  const Node& c = program.node(consumer);
+  if (c.op == OpKind::Gather) {
+    if (c.inputs.size() != 2 || c.inputs[1].node != producer) return false;
+    auto n = product(c.shape).as_constant(), d = product(program.node(producer).shape).as_constant();
+    return n && d && *n >= 2 * *d;
+  }
+  if (c.op != OpKind::BackendOp) return false;
+  const Graph& sg = fused_region(c)->graph;
+  const std::vector<NodeId> ins = sg.inputs();
+  for (size_t k = 0; k < c.inputs.size() && k < ins.size(); ++k)
+    if (c.inputs[k].node == producer && replicated_by_gather(sg, ins[k])) return true;
+  return false;
+}
+
 // The region computing `members` (program ids, ascending; the last is the root), whose
 // other results are read only inside it; nullopt when a member cannot be inlined.
+// Producers outside the group that are recomputed leaves are copied in, not read.
 std::optional<Region> group_region(const Graph& program, const std::vector<NodeId>& members,
                                    std::vector<NodeId>& externals) {
   Region r;
   Graph& g = r.graph;
-  std::unordered_map<NodeId, NodeId> inside;    // program member -> region node
+  std::unordered_map<NodeId, NodeId> inside;    // program member (or copied leaf) -> region node
   std::unordered_map<NodeId, NodeId> external;  // program producer -> region Input
   // Region Inputs must come first (in creation order they are the region's inputs), so
   // collect every external producer before adding any computing node.
   auto is_member = [&](NodeId id) { return std::binary_search(members.begin(), members.end(), id); };
+  auto copied = [&](NodeId id) { return !is_member(id) && recomputed_leaf(program.node(id)); };
   auto external_input = [&](NodeId p) {
     auto it = external.find(p);
     if (it != external.end()) return it->second;
@@ -273,10 +300,18 @@ std::optional<Region> group_region(const Graph& program, const std::vector<NodeI
   };
   for (NodeId m : members) {
     for (const auto& in : program.node(m).inputs)
-      if (!is_member(in.node)) external_input(in.node);
+      if (!is_member(in.node) && !copied(in.node)) external_input(in.node);
+  }
+  for (NodeId m : members) {
+    for (const auto& in : program.node(m).inputs) {
+      if (!copied(in.node) || inside.count(in.node)) continue;
+      Node copy = program.node(in.node);
+      copy.user_op.clear();
+      inside[in.node] = g.add_node(std::move(copy));
+    }
   }
   // The producer of program edge `in`, as a region node.
-  auto source = [&](NodeId p) { return is_member(p) ? inside.at(p) : external.at(p); };
+  auto source = [&](NodeId p) { return is_member(p) || copied(p) ? inside.at(p) : external.at(p); };
   for (NodeId m : members) {
     const Node& n = program.node(m);
     if (n.op != OpKind::BackendOp) {
@@ -355,20 +390,29 @@ Graph fuse_program(const Graph& program, std::vector<NodeId>& old_to_new) {
     for (NodeId c : consumers[i]) same = same && group[c] == g;
     // A matmul's product stays with the GEMM rules, not in a loop nest; a value read through
     // an outer broadcast stays materialised (computed once, not once per outer index).
+    // Nor is a value that a gather replicates (a convolution's im2col): computed once.
     for (NodeId c : consumers[i]) {
       same = same && !(program.node(c).op == OpKind::SumReduce && is_matmul_mul(&node, program.node(c).axis));
       const bool cheap = node.op == OpKind::Constant || node.op == OpKind::Iota;
-      same = same && (cheap || !reads_through_outer_broadcast(program.node(c), i));
+      same = same && (cheap || (!reads_through_outer_broadcast(program.node(c), i) && !reads_replicated(program, c, i)));
     }
     if (same) group[i] = g;
   }
   std::unordered_map<NodeId, std::vector<NodeId>> members;
   for (NodeId i = 0; i < n; ++i)
     if (group[i] != kNoNode) members[group[i]].push_back(i);
-  // Each group of two or more nodes becomes one Fused node when it lowers to one kernel.
+  // A leaf left in a group of its own (its readers are in several kernels) is copied into
+  // each reader's region (group_region); it runs only if some reader is not fused.
+  auto lone_leaf = [&](NodeId p) { return recomputed_leaf(program.node(p)) && group[p] == p; };
+  // Each group of two or more nodes (copied leaves count) becomes one Fused node when it
+  // lowers to one kernel.
   std::unordered_map<NodeId, std::pair<Region, std::vector<NodeId>>> fused;  // root -> region, externals
   for (auto& [root, list] : members) {
-    if (list.size() < 2) continue;
+    if (lone_leaf(root)) continue;
+    bool reads_leaf = false;
+    for (NodeId m : list)
+      for (const auto& in : program.node(m).inputs) reads_leaf = reads_leaf || lone_leaf(in.node);
+    if (list.size() < 2 && !reads_leaf) continue;
     std::vector<NodeId> externals;
     std::optional<Region> r = group_region(program, list, externals);
     if (!r || !lower(*r)) {
@@ -377,12 +421,16 @@ Graph fuse_program(const Graph& program, std::vector<NodeId>& old_to_new) {
     }
     fused.emplace(root, std::make_pair(std::move(*r), std::move(externals)));
   }
+  // A lone leaf whose readers all became Fused nodes (each holding a copy) is dropped.
+  auto fused_reader = [&](NodeId c) { return group[c] != kNoNode && fused.count(group[c]) > 0; };
   Graph out;
   old_to_new.assign(n, kNoNode);
   for (NodeId i = 0; i < n; ++i) {
     const Node& node = program.node(i);
     auto f = fused.find(i);
     if (f == fused.end() && group[i] != kNoNode && group[i] != i && fused.count(group[i])) continue;  // absorbed
+    if (lone_leaf(i) && !consumers[i].empty() && std::all_of(consumers[i].begin(), consumers[i].end(), fused_reader))
+      continue;  // copied into every reader
     if (f == fused.end()) {
       Node copy = node;
       for (auto& in : copy.inputs) in.node = old_to_new.at(in.node);

@@ -134,7 +134,10 @@ class Lowerer {
     }
   }
   bool same_value(const Node& a, const Node& b) const {
-    if (a.dtype != b.dtype || a.shape != b.shape || a.axis != b.axis || !(a.iota_expr == b.iota_expr) ||
+    // An elementwise op's axis is a label the rewrites carry along (softmax's two copies of
+    // x - max came as axis -1 and 0), not part of its value.
+    const bool elementwise = op_category(a.op) == OpCategory::Unary || op_category(a.op) == OpCategory::Binary;
+    if (a.dtype != b.dtype || a.shape != b.shape || (a.axis != b.axis && !elementwise) || !(a.iota_expr == b.iota_expr) ||
         std::bit_cast<uint64_t>(a.constant) != std::bit_cast<uint64_t>(b.constant) || a.inputs.size() != b.inputs.size())
       return false;
     for (size_t k = 0; k < a.inputs.size(); ++k)

@@ -42,9 +42,30 @@ NodeId append_region(Graph& dst, const Graph& src) {
   return dst.add_node(std::move(copy));
 }
 
+// Elements of `shape` when they are known constants.
+std::optional<int64_t> static_numel(const Shape& shape) { return product(shape).as_constant(); }
+
+// Does a gather of `out` elements replicate data of `shape` (twice or more)?
+bool replicates(const Shape& out, const Shape& data) {
+  auto n = static_numel(out), d = static_numel(data);
+  return n && d && *n >= 2 * *d;
+}
+
+// Does the region compute anything (beyond reading inputs and making indexes)?
+bool computes(const Graph& g) {
+  for (const Node& n : g.nodes())
+    if (n.op != OpKind::Input && n.op != OpKind::Output && n.op != OpKind::Iota && n.op != OpKind::Constant) return true;
+  return false;
+}
+
 std::optional<Region> build(const Node& op, std::span<const FuseOperand> operands, bool fresh_only) {
   LUMINAL_CHECK(op.op != OpKind::Input && op.op != OpKind::Output, "fuse: ", op_name(op.op), " is not a region op");
   if (op.op == OpKind::CustomOp) return std::nullopt;
+  // A computed operand that a Gather replicates stays materialised (replicated_by_gather).
+  if (!fresh_only && op.op == OpKind::Gather && operands.size() == 2 && operands[1].region &&
+      computes(operands[1].region->graph) &&
+      replicates(op.shape, operands[1].region->graph.node(output_node(operands[1].region->graph)).shape))
+    return std::nullopt;
   Region r;
   Node n;
   n.op = op.op;
@@ -260,6 +281,24 @@ OpKind parse_op(const std::string& s) {
 
 std::optional<Region> fuse(const Node& op, std::span<const FuseOperand> operands) {
   return build(op, operands, false);
+}
+
+bool replicated_by_gather(const Graph& g, NodeId value) {
+  for (NodeId i = 0; i < g.size(); ++i) {
+    const Node& gather = g.node(i);
+    if (gather.op != OpKind::Gather || gather.inputs.size() != 2) continue;
+    const NodeId data = gather.inputs[1].node;
+    if (!replicates(gather.shape, g.node(data).shape)) continue;
+    // Is `value` among the data's producers (inputs precede their readers)?
+    std::vector<bool> feeds(data + 1, false);
+    feeds[data] = true;
+    for (NodeId j = data + 1; j-- > 0;) {
+      if (!feeds[j]) continue;
+      if (j == value) return true;
+      for (const auto& in : g.node(j).inputs) feeds[in.node] = true;
+    }
+  }
+  return false;
 }
 std::optional<Region> singleton(const Node& op, std::span<const FuseOperand> operands) {
   return build(op, operands, true);

@@ -3,6 +3,7 @@
 #include <optional>
 
 #include "harness.hpp"
+#include "luminal/kernel/fusion.hpp"
 
 namespace luminal::kernel::testing {
 namespace {
@@ -124,7 +125,8 @@ int count_stmts(const std::vector<Stmt>& stmts, StmtKind kind, std::optional<OpK
 // Structurally identical nodes compute one value: an extracted program can hold several
 // copies of a reduction (softmax's max once per consumer, layer norm's mean three times),
 // and each copy used to be its own pass over the row. Nodes that differ only in a
-// constant's bits (0.0 and -0.0), a view or an axis stay apart.
+// constant's bits (0.0 and -0.0), a view or a reduction's axis stay apart (an elementwise
+// node's axis is only a label).
 TEST(KernelFused, IdenticalNodesAreComputedOnce) {
   {
     Graph cx;  // softmax built with two copies of the max and of exp(x - max)
@@ -137,6 +139,24 @@ TEST(KernelFused, IdenticalNodesAreComputedOnce) {
     const Phase& p = k->phases[0];
     EXPECT_EQ(count_stmts(p.row_body, StmtKind::Reduce), 2);  // one max, one sum
     EXPECT_EQ(count_stmts(p.col_body, StmtKind::Alu, OpKind::Exp2), 0);  // exp read back from the row scratch
+    EXPECT_EQ(count_stmts(p.col_body, StmtKind::Unstash), 1);
+  }
+  {
+    Graph cx;  // the same, with one copy's elementwise nodes labelled with another axis (as rewrites leave them)
+    auto x = cx.tensor({kSeq, 13});
+    const NodeId first = static_cast<NodeId>(cx.size());
+    auto e1 = (x - x.max({1}, true)).exp();
+    for (NodeId i = first; i < cx.size(); ++i) {
+      Node& n = cx.mutable_node(i);
+      if (op_category(n.op) == OpCategory::Unary || op_category(n.op) == OpCategory::Binary) n.axis = i % 2 ? 0 : -1;
+    }
+    auto e2 = (x - x.max({1}, true)).exp();
+    (e1 / e2.sum({1}, true)).output();
+    auto k = lower(Region{cx});
+    ASSERT_TRUE(k);
+    const Phase& p = k->phases[0];
+    EXPECT_EQ(count_stmts(p.row_body, StmtKind::Reduce), 2);
+    EXPECT_EQ(count_stmts(p.col_body, StmtKind::Alu, OpKind::Exp2), 0);
     EXPECT_EQ(count_stmts(p.col_body, StmtKind::Unstash), 1);
   }
   {
@@ -353,6 +373,65 @@ TEST(KernelFused, BlockDivisionsFoldExactly) {
   }
 }
 
+// An extracted program holds one node per value (the e-graph merges identical ones), so
+// the Iota of several `where`s in different kernels is one node. fuse_program copies it
+// (and shared Constants) into each reader: loaded from a buffer, the where's gather index
+// is opaque and the kernel gathers element by element instead of selecting (GPT-2's
+// tanh GELU: 41 us -> 1.7 us per call).
+TEST(KernelFused, SharedIotasAndConstantsAreCopiedIntoEachReader) {
+  Graph cx;
+  auto x = cx.tensor({6, 37});
+  auto y = cx.tensor({6, 37});
+  GraphTensor::where(x.lt(0.0), x * 3.0, y).output();
+  GraphTensor::where(y.lt(x), y, x + 3.0).exp2().output();
+  cx.iota(Expression::index(), {6, 37}, DType::I32).output();  // a reader that is no kernel
+  // Merge identical leaves, as extraction does (each maps to the first of its kind).
+  std::vector<NodeId> first(cx.size());
+  for (NodeId i = 0; i < cx.size(); ++i) {
+    first[i] = i;
+    const Node& a = cx.node(i);
+    if (a.op != OpKind::Iota && a.op != OpKind::Constant) continue;
+    for (NodeId j = 0; j < i; ++j) {
+      const Node& b = cx.node(j);
+      if (first[j] == j && b.op == a.op && b.dtype == a.dtype && b.shape == a.shape &&
+          b.iota_expr == a.iota_expr && (a.op != OpKind::Constant || b.constant == a.constant)) {
+        first[i] = j;
+        break;
+      }
+    }
+  }
+  for (NodeId i = 0; i < cx.size(); ++i)
+    for (auto& in : cx.mutable_node(i).inputs) in.node = first[in.node];
+  int readers_of_first_iota = 0;
+  for (NodeId i = 0; i < cx.size(); ++i)
+    for (const auto& in : cx.node(i).inputs)
+      readers_of_first_iota += cx.node(in.node).op == OpKind::Iota && in.node == first[in.node] &&
+                               in.node == *std::find_if(first.begin(), first.end(), [&](NodeId f) { return cx.node(f).op == OpKind::Iota; });
+  ASSERT_GE(readers_of_first_iota, 3);  // both wheres and the Output
+
+  std::vector<NodeId> old_to_new;
+  const Graph fused = fuse_program(cx, old_to_new);
+  int kernels = 0, iotas = 0, constants = 0;  // leaves some node reads (merging left the copies unread)
+  std::vector<bool> read(fused.size(), false);
+  for (const Node& n : fused.nodes())
+    for (const auto& in : n.inputs) read[in.node] = true;
+  for (NodeId i = 0; i < fused.size(); ++i) {
+    const Node& n = fused.node(i);
+    iotas += n.op == OpKind::Iota && read[i];
+    constants += n.op == OpKind::Constant && read[i];
+    if (n.op != OpKind::BackendOp) continue;
+    ++kernels;
+    auto k = lower(*fused_region(n));
+    ASSERT_TRUE(k);
+    const std::string text = to_string(*k);
+    EXPECT_EQ(text.find(" bound "), std::string::npos) << "the where's gather should lower to a select:\n" << text;
+    EXPECT_NE(text.find("select"), std::string::npos) << text;
+  }
+  EXPECT_EQ(kernels, 2);
+  EXPECT_EQ(iotas, 1);      // kept for the Output that reads it
+  EXPECT_EQ(constants, 0);  // every reader of a constant is fused
+}
+
 TEST(KernelFused, RefusesReductionsThatWouldBeRecomputed) {
   {
     // Softmax over a leading axis: the reduced values vary along the column.
@@ -383,6 +462,52 @@ TEST(KernelFused, RefusesReductionsThatWouldBeRecomputed) {
     auto k = lower(Region{cx});
     ASSERT_TRUE(k);
     EXPECT_EQ(k->geometry, Geometry::Elementwise);
+  }
+}
+
+// A gather with at least twice the elements of its data (a convolution's im2col) reads
+// each data element several times: a computed data operand stays a kernel of its own
+// (computed once) rather than being recomputed inside the gather's loop per read. A
+// where's gather (half its concatenated data) still fuses.
+TEST(KernelFused, GathersThatReplicateAComputedOperandLeaveItMaterialised) {
+  auto node = [](OpKind op, DType dt, Shape shape) {
+    Node n;
+    n.op = op;
+    n.dtype = dt;
+    n.shape = std::move(shape);
+    return n;
+  };
+  auto exp = singleton(node(OpKind::Exp2, DType::F32, {12}),
+                       std::vector{FuseOperand{nullptr, DType::F32, {12}, ShapeTracker::contiguous({12})}});
+  ASSERT_TRUE(exp);
+  for (int64_t reads : {11, 12, 23, 24, 36}) {
+    auto gathered = fuse(node(OpKind::Gather, DType::F32, {reads}),
+                         std::vector{FuseOperand{nullptr, DType::I32, {reads}, ShapeTracker::contiguous({reads})},
+                                     FuseOperand{&*exp, DType::F32, {12}, ShapeTracker::contiguous({12})}});
+    EXPECT_EQ(gathered.has_value(), reads < 24) << reads << " reads of 12 elements";
+  }
+  // Data that is only read (an input) fuses at any size.
+  auto read_only = singleton(node(OpKind::Gather, DType::F32, {36}),
+                             std::vector{FuseOperand{nullptr, DType::I32, {36}, ShapeTracker::contiguous({36})},
+                                         FuseOperand{nullptr, DType::F32, {12}, ShapeTracker::contiguous({12})}});
+  ASSERT_TRUE(read_only);
+  auto scaled = fuse(node(OpKind::Sin, DType::F32, {36}),
+                     std::vector{FuseOperand{&*read_only, DType::F32, {36}, ShapeTracker::contiguous({36})}});
+  EXPECT_TRUE(scaled);
+
+  // fuse_program keeps the same boundary in an extracted program.
+  for (int64_t reads : {12, 36}) {
+    Graph g;
+    NodeId x = add_input(g, DType::F32, {12});
+    NodeId idx = add_input(g, DType::I32, {reads});
+    NodeId e = add_op(g, OpKind::Exp2, DType::F32, {12}, {{x, ShapeTracker::contiguous({12})}});
+    NodeId gathered = add_op(g, OpKind::Gather, DType::F32, {reads},
+                             {{idx, ShapeTracker::contiguous({reads})}, {e, ShapeTracker::contiguous({12})}});
+    add_output(g, add_op(g, OpKind::Sin, DType::F32, {reads}, {{gathered, ShapeTracker::contiguous({reads})}}));
+    std::vector<NodeId> old_to_new;
+    const Graph fused = fuse_program(g, old_to_new);
+    EXPECT_EQ(old_to_new[e] != kNoNode, reads == 36) << reads << " reads: the exp2 " << (reads == 36 ? "is" : "is not")
+                                                    << " computed on its own";
   }
 }
 

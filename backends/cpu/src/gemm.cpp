@@ -299,6 +299,33 @@ void gemm_gemv(const detail::Kernels& kern, const GemmArgs& g, ThreadPool& pool)
   });
 }
 
+// Many tiny products (a DLRM's pairwise interactions: 2048 batches of 4 x 4 x 4): a GEMV
+// or micro-kernel call per batch costs more (~50 ns) than the batch's arithmetic, so whole
+// batches run as plain loops. Each C element is one float sum over k, in order.
+constexpr int64_t kTinyProduct = 256;  // m * n * k at most
+constexpr int64_t kTinyMinBatch = 8;
+
+void gemm_tiny(const detail::Kernels& kern, const GemmArgs& g, ThreadPool& pool) {
+  const float* b_f32 = static_cast<const float*>(g.b);
+  const int64_t grain = std::max<int64_t>(1, 16384 / std::max<int64_t>(1, g.m * g.n * g.k));
+  pool.parallel_for(0, g.batch, grain, [&](int64_t begin, int64_t end) {
+    for (int64_t b = begin; b < end; ++b) {
+      const float* a = g.a + b * g.a_batch_stride;
+      const float* bb = b_f32 + b * g.b_batch_stride;
+      float* c = g.c + b * g.c_batch_stride;
+      for (int64_t i = 0; i < g.m; ++i) {
+        float* row = c + i * g.c_row_stride;
+        for (int64_t j = 0; j < g.n; ++j) {
+          float sum = 0.f;
+          for (int64_t p = 0; p < g.k; ++p) sum += a[i * g.a_row_stride + p * g.a_col_stride] * bb[p * g.b_row_stride + j * g.b_col_stride];
+          row[j] = sum;
+        }
+        if (has_epilogue(g)) kern.epilogue(row, g.n, g.bias, g.epilogue);
+      }
+    }
+  });
+}
+
 // ---- ISA and path selection ----
 std::atomic<int> g_active_isa{-1};
 std::atomic<GemmPath> g_forced_path{GemmPath::Auto};
@@ -318,6 +345,12 @@ const detail::Kernels& kernels_for(Isa isa) {
 #endif
     default: return detail::generic_kernels();
   }
+}
+
+// Does gemm() take the tiny-products path (gemm_tiny)? Never when a path is forced.
+bool takes_tiny(const GemmArgs& g) {
+  return g_forced_path.load(std::memory_order_relaxed) == GemmPath::Auto && g.batch >= kTinyMinBatch &&
+         g.m * g.n * g.k <= kTinyProduct && g.b_dtype == DType::F32;
 }
 
 // Does gemm() take the GEMV path for these arguments?
@@ -432,7 +465,9 @@ void gemm(const GemmArgs& g) {
     }
     return;
   }
-  if (takes_gemv(g)) {
+  if (takes_tiny(g)) {
+    gemm_tiny(kern, g, pool);
+  } else if (takes_gemv(g)) {
     gemm_gemv(kern, g, pool);
   } else {
     gemm_blocked(kern, g, pool);
@@ -440,7 +475,7 @@ void gemm(const GemmArgs& g) {
 }
 
 bool gemm_packs_b(const GemmArgs& g) {
-  return g.m > 0 && g.n > 0 && g.k > 0 && !takes_gemv(g) && b_shared_by_batches(g);
+  return g.m > 0 && g.n > 0 && g.k > 0 && !takes_tiny(g) && !takes_gemv(g) && b_shared_by_batches(g);
 }
 
 int64_t PackedB::bytes() const { return round_up(n, 32) * k * int64_t{sizeof(float)}; }

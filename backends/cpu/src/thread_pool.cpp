@@ -86,7 +86,7 @@ void ThreadPool::work_on_job(uint64_t generation) {
   for (;;) {
     if ((claim >> 32) != (generation & 0xffffffffu)) break;  // a newer job (or none)
     const int64_t chunk = static_cast<int64_t>(claim & 0xffffffffu);
-    if (chunk >= chunks_.load(std::memory_order_relaxed)) break;
+    if (chunk >= chunks_.load(std::memory_order_acquire)) break;
     if (!claim_.compare_exchange_weak(claim, claim + 1, std::memory_order_acq_rel, std::memory_order_acquire)) {
       continue;  // `claim` now holds the current value
     }
@@ -144,16 +144,23 @@ void ThreadPool::run(int64_t begin, int64_t end, int64_t grain, ChunkFn fn, void
   const int64_t chunks = (end - begin - 1) / grain + 1;
   LUMINAL_CHECK(chunks < (int64_t{1} << 32), "parallel_for: ", chunks, " chunks; use a larger grain");
   std::lock_guard submit(submit_mutex_);
+  const uint64_t generation = generation_.load(std::memory_order_relaxed) + 1;
+  // Close the last job's claims before touching its fields: a worker still leaving it could
+  // otherwise read the new chunk count with the old claim counter, claim a chunk of this job
+  // under the old tag (run it twice) and count it here, past `chunks`, so that the wait
+  // below never saw its count equal `chunks`. With the counter at its end under the new
+  // tag, such a worker's claim fails and it leaves; no worker of this job starts before
+  // generation_ is published below.
+  claim_.store(((generation & 0xffffffffu) << 32) | 0xffffffffu, std::memory_order_seq_cst);
   fn_ = fn;
   ctx_ = ctx;
   begin_ = begin;
   end_ = end;
   grain_ = grain;
-  chunks_.store(chunks, std::memory_order_relaxed);
+  chunks_.store(chunks, std::memory_order_release);  // after the claims closed (acquired in work_on_job)
   chunks_done_.store(0, std::memory_order_relaxed);
   failed_.store(false, std::memory_order_relaxed);
   error_ = nullptr;
-  const uint64_t generation = generation_.load(std::memory_order_relaxed) + 1;
   claim_.store((generation & 0xffffffffu) << 32, std::memory_order_release);
   {
     std::lock_guard lock(mutex_);

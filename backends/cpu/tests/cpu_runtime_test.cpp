@@ -96,6 +96,66 @@ TEST(CpuBackend, ElementwiseAndReductions) {
   });
 }
 
+// Several kernels reading one Iota or Constant (the wheres of tanh, GELU and clamps in
+// different kernels): each kernel computes its own copy (kernel::fuse_program), with
+// specials in the selected and the unselected values, odd sizes and a broadcast operand.
+TEST(CpuBackend, WheresInSeparateKernelsShareTheirIndexes) {
+  check("wheres in several kernels", [](Graph& cx, std::vector<GraphTensor>& in) {
+    auto x = cx.tensor({5, 37});
+    auto y = cx.tensor({5, 37});
+    auto b = cx.tensor({37});
+    in = {x, y, b};
+    auto bx = x + b;
+    return std::vector<GraphTensor>{bx.tanh(), (y * 2.0).tanh(), GraphTensor::where(x.lt(y), bx, y * 3.0),
+                                    bx.gelu_tanh().sum({1}), y.clamp(-1.0, 2.0), bx.relu()};
+  });
+}
+
+// MobileNet's blocks: batch norm and hardswish, then a depthwise convolution whose im2col
+// gather reads each element k*k times (its producer stays a kernel of its own, computed
+// once: kernel::replicated_by_gather), and a regular convolution as a GEMM over indexes
+// that read nothing (computed on the first run only). Odd sizes, specials, three runs on
+// new data so values computed once must still be right.
+TEST(CpuBackend, ConvolutionsAfterNormAndHardswish) {
+  check("depthwise and regular convolutions", [](Graph& cx, std::vector<GraphTensor>& in) {
+    auto x = cx.tensor({1, 6, 5, 7});
+    auto scale = cx.tensor({6});
+    auto shift = cx.tensor({6});
+    auto dw = cx.tensor({6, 1, 5, 5});
+    auto w = cx.tensor({4, 6, 3, 3});
+    in = {x, scale, shift, dw, w};
+    auto bn = x * scale.reshape({1, 6, 1, 1}).expand({1, 6, 5, 7}) + shift.reshape({1, 6, 1, 1}).expand({1, 6, 5, 7});
+    auto h = bn.hardswish();
+    auto depthwise = h.conv2d(dw, std::nullopt, {1, 1}, {2, 2}, {1, 1}, 6);
+    auto strided = h.conv2d(dw, std::nullopt, {2, 2}, {2, 2}, {1, 1}, 6);
+    auto regular = depthwise.hardswish().conv2d(w, std::nullopt, {1, 1}, {1, 1});
+    return std::vector<GraphTensor>{depthwise, strided, regular};
+  }, {{}, {}, {}}, true, 1e-4);
+}
+
+// A kernel that reads nothing (here a matrix made from indexes, the GEMM's B) runs on the
+// first execute only, into a buffer outside the arena, which later steps may reuse.
+TEST(CpuBackend, KernelsThatReadNothingRunOnceOutsideTheArena) {
+  constexpr int64_t kN = 256;
+  Graph cx;
+  auto x = cx.tensor({3, kN});
+  auto w = (cx.iota(Expression::index() % 7 - Expression::index() / kN % 5, {kN, kN}, DType::I32).cast(DType::F32) * 0.25);
+  auto y = (x.matmul(w) + 1.0).exp2().output();
+  auto cpu = cx.compile(cpu::CpuRuntime{}, CompileOptions().search_graph_limit(1));
+  auto ref = cx.compile(ReferenceRuntime{}, CompileOptions().search_graph_limit(1));
+  for (uint32_t run = 0; run < 3; ++run) {
+    HostTensor t = varied(DType::F32, 3 * kN, 40 + run, run == 2);
+    cpu.set_data(x, t);
+    ref.set_data(x, t);
+    cpu.execute({});
+    ref.execute({});
+    auto got = cpu.get(y).to_f64(), want = ref.get(y).to_f64();
+    for (size_t k = 0; k < got.size(); ++k)
+      ASSERT_TRUE(same_value(got[k], want[k], 1e-4)) << "run " << run << " element " << k << ": " << got[k] << " instead of " << want[k];
+  }
+  EXPECT_LT(cpu.last_arena_bytes(), kN * kN * 4) << "the index matrix should not be in the arena";
+}
+
 TEST(CpuBackend, FusedNormsAndSoftmax) {
   check("softmax / norms", [](Graph& cx, std::vector<GraphTensor>& in) {
     auto x = cx.tensor({6, 33});

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -286,6 +287,51 @@ TEST(CpuGemm, BatchedAndBroadcastBatches) {
     cases.push_back(c);
   }
   check_cases(cases);
+}
+
+// Many tiny products (m * n * k <= 256 over 8 batches or more) run as plain loops over
+// whole batches: every layout, broadcast batch, bias and epilogue, and the boundary sizes
+// on both sides (252 and 280 multiply-adds, 7 and 8 batches).
+TEST(CpuGemm, ManyTinyProducts) {
+  std::vector<Case> cases;
+  const Epilogue epilogues[] = {Epilogue::None, Epilogue::Relu, Epilogue::GeluErf, Epilogue::Silu};
+  int variant = 0;
+  for (auto [m, n, k] : {std::array<int64_t, 3>{4, 4, 4}, {1, 3, 5}, {3, 5, 2}, {6, 6, 7}, {5, 7, 8}, {2, 1, 1}}) {
+    for (int64_t batch : {7, 8, 33}) {
+      Case c{m, n, k, batch};
+      c.trans_a = variant % 2 == 1;
+      c.trans_b = variant % 3 == 1;
+      c.pad = variant % 4 == 2 ? 3 : 0;
+      c.step = variant % 5 == 3 ? 2 : 1;
+      c.a_broadcast = variant % 7 == 4;
+      c.b_broadcast = variant % 3 == 2;
+      c.bias = variant % 2 == 0;
+      c.epilogue = epilogues[variant % 4];
+      cases.push_back(c);
+      ++variant;
+    }
+  }
+  check_cases(cases);
+  // A NaN in one batch's A poisons that batch's row only; an infinity in B gives +-inf.
+  const int64_t batch = 16, m = 2, n = 3, k = 2;
+  std::vector<float> a(static_cast<size_t>(batch * m * k), 0.5f), b(static_cast<size_t>(batch * k * n), -0.25f),
+      c(static_cast<size_t>(batch * m * n));
+  a[static_cast<size_t>(5 * m * k + 1 * k + 1)] = std::numeric_limits<float>::quiet_NaN();  // batch 5, row 1
+  b[static_cast<size_t>(9 * k * n + 0 * n + 2)] = std::numeric_limits<float>::infinity();   // batch 9, column 2
+  GemmArgs g = GemmArgs::row_major(m, n, k, a.data(), b.data(), c.data());
+  g.batch = batch;
+  g.a_batch_stride = m * k;
+  g.b_batch_stride = k * n;
+  g.c_batch_stride = m * n;
+  gemm(g);
+  for (int64_t bi = 0; bi < batch; ++bi)
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) {
+        const float v = c[static_cast<size_t>((bi * m + i) * n + j)];
+        if (bi == 5 && i == 1) EXPECT_TRUE(std::isnan(v)) << bi << " " << i << " " << j;
+        else if (bi == 9 && j == 2) EXPECT_EQ(v, std::numeric_limits<float>::infinity()) << bi << " " << i;
+        else EXPECT_EQ(v, -0.25f) << bi << " " << i << " " << j;
+      }
 }
 
 TEST(CpuGemm, BiasAndEveryEpilogue) {

@@ -55,6 +55,23 @@ TEST(ThreadPool, ManySmallJobsInARow) {
   EXPECT_EQ(total, expected);
 }
 
+// A worker still leaving one job must not claim a chunk of the next: a job with few
+// chunks followed by one with many let a late worker read the new chunk count with the old
+// job's claim counter, run a chunk twice and count it into the new job, whose caller then
+// waited forever for the count to equal its chunks (seen hanging under ASan). Alternating
+// job sizes back to back, with more threads than cores, every index exactly once.
+TEST(ThreadPool, AlternatingJobSizesNeverRunAChunkTwice) {
+  ThreadPool pool(4);
+  for (int job = 0; job < 20000; ++job) {
+    const int64_t size = job % 2 == 0 ? 2 : 37 + job % 5;
+    std::vector<std::atomic<int>> hits(static_cast<size_t>(size));
+    pool.parallel_for(0, size, 1, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) hits[static_cast<size_t>(i)].fetch_add(1);
+    });
+    for (int64_t i = 0; i < size; ++i) ASSERT_EQ(hits[static_cast<size_t>(i)].load(), 1) << "job " << job << " index " << i;
+  }
+}
+
 TEST(ThreadPool, RethrowsTheFirstExceptionAndStaysUsable) {
   ThreadPool pool(3);
   EXPECT_THROW(pool.parallel_for(0, 100, 1,

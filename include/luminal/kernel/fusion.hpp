@@ -34,7 +34,9 @@ std::shared_ptr<const Region> fused_region(const Node& fused);
 // regions) whose results are read only inside the group becomes one Fused node, when
 // `lower` accepts the merged region (a group it refuses keeps its nodes). The fusion
 // rules leave long chains cut (their regions are capped so the e-graph stays small:
-// GELU's erf is ~150 nodes); this joins what the extracted program leaves apart.
+// GELU's erf is ~150 nodes); this joins what the extracted program leaves apart. An Iota
+// or Constant read by several kernels is copied into each (it is recomputed from the loop
+// indexes, never loaded), and runs on its own only for a reader that stays unfused.
 // `old_to_new[i]` is the new id of program node i (kNoNode when it was absorbed).
 Graph fuse_program(const Graph& program, std::vector<NodeId>& old_to_new);
 

@@ -41,8 +41,14 @@ struct FuseOperand {
 // The region applying `op` (a Node used as a template: op, dtype, shape, axis,
 // constant, iota_expr; its inputs are ignored) to `operands`. The new region's inputs
 // are, in operand order, the operand region's inputs or the fresh input.
-// nullopt when the result cannot be lowered to one kernel (see `lower`).
+// nullopt when the result cannot be lowered to one kernel (see `lower`), or when a Gather
+// would recompute a computed operand several times per element (`replicated_by_gather`).
 std::optional<Region> fuse(const Node& op, std::span<const FuseOperand> operands);
+// Does a Gather of `g` read `value` (a node of g) replicated: the Gather has at least twice
+// the elements of its data, and its data is computed from `value`? Fused into that kernel,
+// what computes `value` would run once per read (a convolution's im2col reads each element
+// k*k times: MobileNet's batch norm and hardswish 25 times per element); materialised, once.
+bool replicated_by_gather(const Graph& g, NodeId value);
 // The same with every operand a fresh input (regions in operands are ignored).
 std::optional<Region> singleton(const Node& op, std::span<const FuseOperand> operands);
 

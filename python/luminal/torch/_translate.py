@@ -113,6 +113,7 @@ class Translator:
         self.g = luminal.Graph()
         self.result = Translation(self.g)
         self.env: dict[torch.fx.Node, Any] = {}
+        self.deferred: dict[torch.fx.Node, Callable[[], Any]] = {}  # weights not used yet (_value)
         self.node: torch.fx.Node | None = None
         self.rng_offset: luminal.GraphTensor | None = None
         self.rng_ops = 0
@@ -172,21 +173,42 @@ class Translator:
             self.node = node
             if node.op == "placeholder":
                 kind, name = self.placeholder_kind(node, user_index)
-                self.env[node] = self._placeholder(node, kind, name, user_index if kind == "user" else -1)
+                if kind != "user" and isinstance(node.meta.get("val"), torch.Tensor):
+                    # Weights are created where first used (below), not all up front.
+                    self.deferred[node] = lambda node=node, kind=kind, name=name: self._placeholder(node, kind, name, -1)
+                else:
+                    self.env[node] = self._placeholder(node, kind, name, user_index if kind == "user" else -1)
                 if kind == "user":
                     user_index += 1
             elif node.op == "get_attr":
                 value = getattr_path(self.gm, node.target)
                 if not isinstance(value, torch.Tensor):
                     raise UnsupportedOpError(f"{self.where()}: get_attr of a {type(value).__name__}")
-                self.env[node] = self._tensor_input(node.target, "constant", value.dtype, self.shape(value), -1)
+                self.deferred[node] = lambda node=node, value=value: self._tensor_input(
+                    node.target, "constant", value.dtype, self.shape(value), -1)
             elif node.op == "call_function":
                 self.env[node] = self._call(node)
             elif node.op == "output":
+                for waiting in list(self.deferred):  # outputs and buffer mutations name them too
+                    self._value(waiting)
                 self._outputs(node)
             else:
                 raise UnsupportedOpError(f"{self.where()}: FX node kind '{node.op}' is not supported")
         return self.result
+
+    def _value(self, node: torch.fx.Node):
+        """The translation of `node`; a weight (parameter, buffer, constant) becomes an input
+        of the graph on its first use. Created up front, every layer's weights would precede
+        every layer, and the layers would not repeat node for node: the compiler searches a
+        repeated layer once (docs/SEARCH.md, Repeated structure), and without it a deep model
+        was one segment whose extraction costs, summed along the residual stream, grew past
+        the precision that tells a GEMM from an elementwise product."""
+        make = self.deferred.pop(node, None)
+        if make is not None:
+            saved, self.node = self.node, node
+            self.env[node] = make()
+            self.node = saved
+        return self.env[node]
 
     def _placeholder(self, node, kind, name, index):
         val = node.meta.get("val")
@@ -224,8 +246,8 @@ class Translator:
             raise UnsupportedOpError(
                 f"luminal cannot translate {describe(node)}. Supported ops are listed in docs/torch_ops.md.")
         self.result.ops_used.add(op_name(target))
-        args = torch.fx.node.map_arg(node.args, lambda n: self.env[n])
-        kwargs = torch.fx.node.map_arg(node.kwargs, lambda n: self.env[n])
+        args = torch.fx.node.map_arg(node.args, self._value)
+        kwargs = torch.fx.node.map_arg(node.kwargs, self._value)
         try:
             out = translate(self, node, *args, **kwargs)
         except UnsupportedOpError as e:
