@@ -442,19 +442,17 @@ class Emitter {
         phase_body(p0);
         break;
       case Geometry::WarpPerRow:
-        line("const long long row = ((long long)blockIdx.x * blockDim.x + threadIdx.x) >> 5;");
-        line("const int lm_lane = (int)(threadIdx.x & 31u);");
-        line("if (row >= " + expr(p0.rows) + ") return;  /* whole warps leave together */");
+      case Geometry::BlockPerRow: {
+        // A warp or a block per row; lm_lane is the thread's place in it. A block's
+        // reductions end with a __syncthreads, which every thread of a block with a row reaches.
+        const bool block = k_.geometry == Geometry::BlockPerRow;
+        line(block ? "const long long row = (long long)blockIdx.x;"
+                   : "const long long row = ((long long)blockIdx.x * blockDim.x + threadIdx.x) >> 5;");
+        line(block ? "const int lm_lane = (int)threadIdx.x;" : "const int lm_lane = (int)(threadIdx.x & 31u);");
+        line("if (row >= " + expr(p0.rows) + ") return;  /* whole " + (block ? "blocks" : "warps") + " leave together */");
         phase_body(p0);
         break;
-      case Geometry::BlockPerRow:
-        // lm_lane is the thread's place in the row's block; reductions end with a
-        // __syncthreads, which every thread of a block that has a row reaches.
-        line("const long long row = (long long)blockIdx.x;");
-        line("const int lm_lane = (int)threadIdx.x;");
-        line("if (row >= " + expr(p0.rows) + ") return;  /* whole blocks leave together */");
-        phase_body(p0);
-        break;
+      }
       case Geometry::SingleBlock: {
         // A scatter run in place (a KV-cache append) has no copy phase to wait for, so its
         // writes spread over every block the launch has (kernel::spread_blocks); otherwise

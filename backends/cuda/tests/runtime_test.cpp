@@ -351,6 +351,15 @@ struct GrowingProgram {
     sums = prod.sum({0}).output();
     cx.set_dim("n", 4);
   }
+  // Compiled for the device (a short search) and for the reference, with the same weights.
+  std::pair<cuda::CudaRuntime, ReferenceRuntime> compile(uint32_t weight_seed) {
+    auto gpu = cx.compile(cuda::CudaRuntime{}, CompileOptions().search_graph_limit(2).trials(1));
+    auto ref = cx.compile(ReferenceRuntime{}, CompileOptions().search_graph_limit(1));
+    HostTensor wv = varied(DType::F32, 5, weight_seed, false);
+    gpu.set_data(w, wv);
+    ref.set_data(w, wv);
+    return {std::move(gpu), std::move(ref)};
+  }
 };
 
 // Runs the program at each n (a decode loop's growing position, and back), comparing
@@ -374,12 +383,8 @@ void run_lengths(GrowingProgram& g, Runtime& gpu, Runtime& ref, std::initializer
 TEST(CudaRuntime, NewDimsUpdateTheGraphInsteadOfRunningEagerly) {
   LUMINAL_REQUIRE_GPU();
   GrowingProgram g;
-  auto gpu = g.cx.compile(cuda::CudaRuntime{}, CompileOptions().search_graph_limit(2).trials(1));
-  auto ref = g.cx.compile(ReferenceRuntime{}, CompileOptions().search_graph_limit(1));
+  auto [gpu, ref] = g.compile(3);
   ASSERT_TRUE(gpu.graph_updates_enabled());
-  HostTensor wv = varied(DType::F32, 5, 3, false);
-  gpu.set_data(g.w, wv);
-  ref.set_data(g.w, wv);
   const int eager0 = gpu.eager_runs(), updated0 = gpu.graphs_updated(), captured0 = gpu.graphs_captured();
   const int reused0 = gpu.resolutions_reused();
   run_lengths(g, gpu, ref, {5}, 40);
@@ -413,11 +418,7 @@ TEST(CudaRuntime, NewDimsUpdateTheGraphInsteadOfRunningEagerly) {
 TEST(CudaRuntime, NewLengthsReuseTheLaunchesWhileTheyFit) {
   LUMINAL_REQUIRE_GPU();
   GrowingProgram g;
-  auto gpu = g.cx.compile(cuda::CudaRuntime{}, CompileOptions().search_graph_limit(2).trials(1));
-  auto ref = g.cx.compile(ReferenceRuntime{}, CompileOptions().search_graph_limit(1));
-  HostTensor wv = varied(DType::F32, 5, 5, false);
-  gpu.set_data(g.w, wv);
-  ref.set_data(g.w, wv);
+  auto [gpu, ref] = g.compile(5);
   std::vector<int64_t> lengths;
   for (int64_t n = 300; n < 340; ++n) lengths.push_back(n);
   for (int64_t n = 339; n > 250; n -= 7) lengths.push_back(n);
@@ -558,11 +559,7 @@ TEST(CudaRuntime, GrowingLengthLoopTimings) {
 TEST(CudaRuntime, RefusedGraphUpdatesFallBack) {
   LUMINAL_REQUIRE_GPU();
   GrowingProgram g;
-  auto gpu = g.cx.compile(cuda::CudaRuntime{}, CompileOptions().search_graph_limit(2).trials(1));
-  auto ref = g.cx.compile(ReferenceRuntime{}, CompileOptions().search_graph_limit(1));
-  HostTensor wv = varied(DType::F32, 5, 4, false);
-  gpu.set_data(g.w, wv);
-  ref.set_data(g.w, wv);
+  auto [gpu, ref] = g.compile(4);
   ::setenv("LUMINAL_FAKE_CUDA_GRAPH_UPDATE", "0", 1);
   const int updated0 = gpu.graphs_updated(), eager0 = gpu.eager_runs();
   // Lengths far apart, so that each launches other grids (a new resolution, not a reuse).
