@@ -260,9 +260,7 @@ bool recomputed_leaf(const Node& n) {
 bool reads_replicated(const Graph& program, NodeId consumer, NodeId producer) {
   const Node& c = program.node(consumer);
   if (c.op == OpKind::Gather) {
-    if (c.inputs.size() != 2 || c.inputs[1].node != producer) return false;
-    auto n = product(c.shape).as_constant(), d = product(program.node(producer).shape).as_constant();
-    return n && d && *n >= 2 * *d;
+    return c.inputs.size() == 2 && c.inputs[1].node == producer && gather_replicates(c.shape, program.node(producer).shape);
   }
   if (c.op != OpKind::BackendOp) return false;
   const Graph& sg = fused_region(c)->graph;

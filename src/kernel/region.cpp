@@ -42,14 +42,6 @@ NodeId append_region(Graph& dst, const Graph& src) {
   return dst.add_node(std::move(copy));
 }
 
-// Elements of `shape` when they are known constants.
-std::optional<int64_t> static_numel(const Shape& shape) { return product(shape).as_constant(); }
-
-// Does a gather of `out` elements replicate data of `shape` (twice or more)?
-bool replicates(const Shape& out, const Shape& data) {
-  auto n = static_numel(out), d = static_numel(data);
-  return n && d && *n >= 2 * *d;
-}
 
 // Does the region compute anything (beyond reading inputs and making indexes)?
 bool computes(const Graph& g) {
@@ -64,7 +56,7 @@ std::optional<Region> build(const Node& op, std::span<const FuseOperand> operand
   // A computed operand that a Gather replicates stays materialised (replicated_by_gather).
   if (!fresh_only && op.op == OpKind::Gather && operands.size() == 2 && operands[1].region &&
       computes(operands[1].region->graph) &&
-      replicates(op.shape, operands[1].region->graph.node(output_node(operands[1].region->graph)).shape))
+      gather_replicates(op.shape, operands[1].region->graph.node(output_node(operands[1].region->graph)).shape))
     return std::nullopt;
   Region r;
   Node n;
@@ -283,12 +275,17 @@ std::optional<Region> fuse(const Node& op, std::span<const FuseOperand> operands
   return build(op, operands, false);
 }
 
+bool gather_replicates(const Shape& out, const Shape& data) {
+  auto n = product(out).as_constant(), d = product(data).as_constant();
+  return n && d && *n >= 2 * *d;
+}
+
 bool replicated_by_gather(const Graph& g, NodeId value) {
   for (NodeId i = 0; i < g.size(); ++i) {
     const Node& gather = g.node(i);
     if (gather.op != OpKind::Gather || gather.inputs.size() != 2) continue;
     const NodeId data = gather.inputs[1].node;
-    if (!replicates(gather.shape, g.node(data).shape)) continue;
+    if (!gather_replicates(gather.shape, g.node(data).shape)) continue;
     // Is `value` among the data's producers (inputs precede their readers)?
     std::vector<bool> feeds(data + 1, false);
     feeds[data] = true;

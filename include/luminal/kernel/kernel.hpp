@@ -49,6 +49,8 @@ std::optional<Region> fuse(const Node& op, std::span<const FuseOperand> operands
 // what computes `value` would run once per read (a convolution's im2col reads each element
 // k*k times: MobileNet's batch norm and hardswish 25 times per element); materialised, once.
 bool replicated_by_gather(const Graph& g, NodeId value);
+// Does a Gather of `out` elements read data of `data` twice or more over (both known)?
+bool gather_replicates(const Shape& out, const Shape& data);
 // The same with every operand a fresh input (regions in operands are ignored).
 std::optional<Region> singleton(const Node& op, std::span<const FuseOperand> operands);
 
