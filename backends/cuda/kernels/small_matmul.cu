@@ -8,7 +8,9 @@
 // A block of 8 warps takes one row (b, i) and 32 columns. When B is contiguous along k,
 // each warp takes whole columns and its lanes split k (coalesced reads, a warp sum);
 // otherwise each lane takes a column and the warps split k, summed in shared memory in a
-// fixed order. fp32 accumulation, one rounding to T. Blocks past the last tile leave (the
+// fixed order. fp32 accumulation, one rounding to T. Each product is rounded before it is
+// added (no FMA), as the unrewritten Mul then SumReduce rounds it: a product past the
+// float range is +-inf there too, and +inf and -inf products still sum to NaN. Blocks past the last tile leave (the
 // runtime launches a grid rounded up, so that it holds while n grows).
 namespace lk {
 
@@ -35,7 +37,8 @@ __device__ __forceinline__ void small_matmul(const T* __restrict__ a, const T* _
       if (j >= n) break;  // the same for the whole warp
       const T* bcol = bmat + j * b_cs;
       float acc = 0.0f;
-      for (long long kk = lane; kk < k; kk += 32) acc = fmaf(to_float(arow[kk * a_cs]), to_float(bcol[kk]), acc);
+      for (long long kk = lane; kk < k; kk += 32)
+        acc = __fadd_rn(acc, __fmul_rn(to_float(arow[kk * a_cs]), to_float(bcol[kk])));
       acc = warp_sum(acc);
       if (lane == 0) crow[j] = from_float<T>(acc);
     }
@@ -45,7 +48,7 @@ __device__ __forceinline__ void small_matmul(const T* __restrict__ a, const T* _
     float acc = 0.0f;
     if (j < n)
       for (long long kk = warp; kk < k; kk += kSmallMatmulWarps)
-        acc = fmaf(to_float(arow[kk * a_cs]), to_float(bmat[kk * b_rs + j * b_cs]), acc);
+        acc = __fadd_rn(acc, __fmul_rn(to_float(arow[kk * a_cs]), to_float(bmat[kk * b_rs + j * b_cs])));
     partial[warp][lane] = acc;
     __syncthreads();
     if (warp == 0 && j < n) {

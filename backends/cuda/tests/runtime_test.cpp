@@ -483,6 +483,50 @@ TEST(CudaRuntime, DecodeAttentionOverAGrowingCacheReusesItsLaunches) {
     }
 }
 
+// The small matmul on special values: +-0, +-inf, NaN and -1/3 among the data, and
+// products past the float range (batch 0: row 0 meets 3e38 * 2 and 3e38 * -2, so +inf and
+// -inf; row 1 only the first). Each product is rounded before it is summed, as the
+// reference's Mul then SumReduce: +inf and -inf give NaN, not what a fused multiply-add
+// of the finite exact product would leave.
+TEST(CudaRuntime, SmallMatmulKeepsSpecialValuesAndOverflow) {
+  LUMINAL_REQUIRE_GPU();
+  luminal::testing::TestModel m;
+  Expression n = Expression::var("n");
+  auto a = m.cx.named_tensor("a", {3, 4, 24}, DType::F32);
+  auto b = m.cx.named_tensor("b", {3, 24, n}, DType::F32);
+  m.inputs = {a, b};
+  m.outputs.push_back(a.matmul(b).output());
+  m.cx.set_dim("n", 37);
+  auto p = program_with_matmuls(m, "CudaCublasLt");
+  ASSERT_TRUE(p.has_value()) << "no program with a matmul op";
+  cuda::CudaRuntime rt;
+  rt.load_program(0, p->program, p->io_of);
+  std::vector<NodeId> ids(m.cx.size());
+  for (NodeId i = 0; i < ids.size(); ++i) ids[i] = i;
+  ReferenceRuntime ref;
+  ref.load(m.cx, ids);
+  for (int64_t len : {37, 5}) {
+    HostTensor av = varied(DType::F32, 3 * 4 * 24, static_cast<uint32_t>(len), true);
+    HostTensor bv = varied(DType::F32, static_cast<size_t>(3 * 24 * len), static_cast<uint32_t>(len) + 1, true);
+    av.set_f64(0, 3e38);
+    av.set_f64(1, 3e38);
+    av.set_f64(24, 3e38);
+    for (int64_t j = 0; j < len; ++j) {
+      bv.set_f64(static_cast<size_t>(j), 2.0);
+      bv.set_f64(static_cast<size_t>(len + j), -2.0);
+    }
+    rt.set_tensor(a.id(), av);
+    rt.set_tensor(b.id(), bv);
+    ref.set_tensor(a.id(), av);
+    ref.set_tensor(b.id(), bv);
+    rt.execute({{"n", len}});
+    ref.execute({{"n", len}});
+    expect_outputs_match(rt, ref, m.outputs, "length " + std::to_string(len), 1e-5);
+    auto got = rt.get(m.outputs[0]).to_f64();
+    EXPECT_TRUE(std::isnan(got[0])) << "batch 0, row 0: +inf and -inf products";
+  }
+}
+
 // Milliseconds per step of a launch-bound loop whose length grows by one each step (a
 // decode loop's position; 24 layers, about 100 small kernels per step), with graph updates,
 // eagerly, and replayed at a fixed length: printed for the GPU run's log. No time is

@@ -382,7 +382,8 @@ float host_activate(float v, int act) {
   }
 }
 // kernels/small_matmul.cu's contract: sizes and strides read from device memory when it
-// runs (not when it is launched); only the blocks launched write.
+// runs (not when it is launched); only the blocks launched write; float products, each
+// rounded, added in float (an overflowing product is +-inf, as in the kernel).
 void host_small_matmul(Kind k, const CUdeviceptr* p, unsigned grid) {
   std::lock_guard lock(big_lock());
   const auto* prm = static_cast<const long long*>(host(p[3]));
@@ -392,10 +393,12 @@ void host_small_matmul(Kind k, const CUdeviceptr* p, unsigned grid) {
   for (long long block = 0; block < blocks; ++block) {
     const long long row = block / tiles, j0 = block % tiles * 32, bi = row / m, i = row % m;
     for (long long j = j0; j < std::min(n, j0 + 32); ++j) {
-      double acc = 0;
-      for (long long t = 0; t < depth; ++t)
-        acc += load(host(p[0]), prm[4] + bi * prm[7] + i * prm[5] + t * prm[6], k) *
-               load(host(p[1]), prm[8] + bi * prm[11] + t * prm[9] + j * prm[10], k);
+      float acc = 0;
+      for (long long t = 0; t < depth; ++t) {
+        const float product = static_cast<float>(load(host(p[0]), prm[4] + bi * prm[7] + i * prm[5] + t * prm[6], k)) *
+                              static_cast<float>(load(host(p[1]), prm[8] + bi * prm[11] + t * prm[9] + j * prm[10], k));
+        acc += product;
+      }
       store(host(p[2]), row * n + j, acc, k);
     }
   }
