@@ -51,7 +51,7 @@ inline std::vector<CudaCase> cuda_cases() {
       add("elementwise " + d, cx);
     }
   }
-  // Rows of 1024 or more elements: a block per row (Geometry::BlockPerRow), its threads
+  // Rows of 1024 or more elements, or of a run-time length: a block per row (Geometry::BlockPerRow), its threads
   // splitting the reductions and columns; odd lengths, so the last pass is partial.
   for (DType dt : {DType::F32, DType::BF16}) {
     std::string d(dtype_name(dt));
@@ -65,6 +65,12 @@ inline std::vector<CudaCase> cuda_cases() {
       Graph cx;
       cx.tensor({seq, 1031}, dt).softmax(1).output();
       add("long-row softmax " + d, cx);
+    }
+    {
+      // A reduction over a run-time length (attention over a KV cache) counts as long.
+      Graph cx;
+      ((cx.tensor({3, seq}, dt) * 0.5).softmax(1) + 1.0).output();
+      add("long-row softmax over a run-time length " + d, cx);
     }
   }
   {
