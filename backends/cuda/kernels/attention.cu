@@ -122,10 +122,12 @@ __device__ __forceinline__ void decode_attention_combine(const float* __restrict
       PARTIAL(const T* q, const T* k, const T* v, float* partial_o, float* partial_stats, int kv_heads,         \
               int seq_len, const int* seq_len_ptr, int chunk, long long stride_b, long long stride_h,            \
               long long stride_p, float scale) {                                                                 \
+    LK_GRID_ENTER();                                                                                              \
     lk::decode_attention_partial<T, HEAD_DIM, GROUP>(q, k, v, partial_o, partial_stats, kv_heads, seq_len,       \
                                                      seq_len_ptr, chunk, stride_b, stride_h, stride_p, scale);   \
   }                                                                                                              \
   extern "C" __global__ void COMBINE(const float* partial_o, const float* partial_stats, T* out, int q_heads,     \
                                      int splits) {                                                               \
+    LK_GRID_ENTER();                                                                                              \
     lk::decode_attention_combine<T, HEAD_DIM>(partial_o, partial_stats, out, q_heads, splits);                   \
   }

@@ -3,6 +3,20 @@
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
 
+// Programmatic dependent launch (sm_90+): the runtime may start a kernel while the previous
+// one in the stream finishes (device.hpp, launch_kernel). Every entry point waits here,
+// before reading anything, until that kernel has completed and its writes are visible, and
+// then lets the next kernel launch: its blocks are scheduled as soon as all of this grid's
+// blocks have started (the last wave is resident), so its launch and prologue overlap this
+// kernel's work instead of following it. Correctness does not depend on where the trigger
+// is: the next kernel's wait still holds it until this grid has completed. A no-op for an
+// ordinary launch.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define LK_GRID_ENTER() asm volatile("griddepcontrol.wait;\n\tgriddepcontrol.launch_dependents;" ::: "memory")
+#else
+#define LK_GRID_ENTER()
+#endif
+
 // NVRTC has no <cmath>: minus infinity spelled by its bits.
 #define LK_NEG_INF __int_as_float(0xff800000)
 

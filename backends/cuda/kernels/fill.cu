@@ -31,7 +31,20 @@ __device__ __forceinline__ void fill_uniform(T* out, long long n, unsigned seed,
 
 }  // namespace lk
 
+// Holds the stream for `ns` nanoseconds (one thread spinning on the global timer): the op
+// profile (LUMINAL_CUDA_PROFILE) enqueues one before each batch of timed launches, so that
+// the GPU runs the batch back to back instead of waiting for the host to enqueue each op.
+#define LUMINAL_HOLD_ENTRY(NAME)                                                          \
+  extern "C" __global__ void NAME(long long ns) {                                         \
+    unsigned long long start, now;                                                        \
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));                             \
+    do {                                                                                  \
+      asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));                             \
+    } while ((long long)(now - start) < ns);                                              \
+  }
+
 #define LUMINAL_FILL_ENTRY(NAME, T) \
   extern "C" __global__ void NAME(T* out, long long n, unsigned seed, float scale, int specials) { \
+    LK_GRID_ENTER();                                                                                \
     lk::fill_uniform<T>(out, n, seed, scale, specials);                                            \
   }

@@ -121,5 +121,6 @@ __device__ __forceinline__ void gemv(const T* __restrict__ x, const TW* __restri
   extern "C" __global__ void __launch_bounds__(lk::kGemvWarps * 32)                                   \
       NAME(const T* x, const TW* w, const T* bias, const T* residual, T* y, int M, int N, int K,       \
            int ksplit, int vectorized) {                                                              \
+    LK_GRID_ENTER();                                                                                   \
     lk::gemv<T, TW, MMAX, RPW, ACT, UNROLL>(x, w, bias, residual, y, M, N, K, ksplit, vectorized);    \
   }

@@ -41,6 +41,7 @@ __device__ __forceinline__ void kv_scatter(const T* __restrict__ k_new, const T*
   extern "C" __global__ void NAME(const T* k_new, const T* v_new, T* k_cache, T* v_cache, int kv_heads,         \
                                   int new_len, int head_dim, int start, const int* start_ptr, int capacity,    \
                                   long long stride_b, long long stride_h, long long stride_p, int vectorized) { \
+    LK_GRID_ENTER();                                                                                             \
     lk::kv_scatter<T>(k_new, v_new, k_cache, v_cache, kv_heads, new_len, head_dim, start, start_ptr, capacity, \
                       stride_b, stride_h, stride_p, vectorized);                                               \
   }

@@ -194,15 +194,18 @@ __device__ __forceinline__ void softmax_row_cached(const T* __restrict__ x, T* _
 // multiple of the vector, at most 1024 x VPT vectors).
 #define LUMINAL_ROWS_CACHED_ENTRIES(RMS, SOFT, T, VPT)                                                   \
   extern "C" __global__ void RMS##_c##VPT(const T* x, const T* weight, T* y, int cols, float eps) {      \
+    LK_GRID_ENTER();                                                                                      \
     lk::rmsnorm_row_cached<T, VPT>(x, weight, y, cols, eps);                                             \
   }                                                                                                      \
-  extern "C" __global__ void SOFT##_c##VPT(const T* x, T* y, int cols) { lk::softmax_row_cached<T, VPT>(x, y, cols); }
+  extern "C" __global__ void SOFT##_c##VPT(const T* x, T* y, int cols) { LK_GRID_ENTER(); lk::softmax_row_cached<T, VPT>(x, y, cols); }
 
 #define LUMINAL_RMSNORM_ENTRY(NAME, T)                                                                  \
   extern "C" __global__ void NAME(const T* x, const T* weight, T* y, int cols, float eps, int vectorized) { \
+    LK_GRID_ENTER();                                                                                     \
     lk::rmsnorm_row<T>(x, weight, y, cols, eps, vectorized);                                            \
   }
 #define LUMINAL_SOFTMAX_ENTRY(NAME, T)                                                     \
   extern "C" __global__ void NAME(const T* x, T* y, int cols, int vectorized) {            \
+    LK_GRID_ENTER();                                                                        \
     lk::softmax_row<T>(x, y, cols, vectorized);                                            \
   }

@@ -9,6 +9,7 @@
 #include <limits>
 #include <map>
 #include <mutex>
+#include <set>
 #include <unordered_map>
 
 #include "luminal/compile.hpp"
@@ -337,15 +338,22 @@ struct Probe {
   ProbeKind kind = ProbeKind::Exact;
 };
 
-// The blocks launched for a grid that depends on the dims: rounded up to 2^k or 3 * 2^k,
-// so that a length growing by one (a decode step) keeps its launches for a while. Every
-// emitted kernel guards its rows against the dims it reads from the dims buffer, so the
-// extra blocks leave at once.
+// The blocks launched for a grid that depends on the dims: a quarter of headroom, rounded
+// up to 2^k or 3 * 2^k, so that a length growing by one (a decode step) keeps its launches
+// for a while, also when it starts at a power of two (a 512-token prompt). Every emitted
+// kernel guards its rows against the dims it reads from the dims buffer, so the extra
+// blocks leave at once.
 int64_t launch_blocks(int64_t grid) {
   if (grid <= 2) return grid;
+  const int64_t want = grid + grid / 4;
   int64_t p = 1;
-  while (p < grid) p *= 2;
-  return p / 4 * 3 >= grid ? p / 4 * 3 : p;
+  while (p < want) p *= 2;
+  return p / 4 * 3 >= want ? p / 4 * 3 : p;
+}
+// Whether `launched` blocks (launch_blocks of an earlier grid) serve a grid of `grid`:
+// they cover it, and no more than four times over (a much shorter run resolves anew).
+bool blocks_serve(int64_t launched, int64_t grid) {
+  return grid <= launched && launched <= 4 * std::max<int64_t>(grid, 1) + 4;
 }
 
 // A program resolved for one set of launches and pointers: every launch with its
@@ -374,7 +382,11 @@ struct Resolved {
     if (pointers != bound) return false;
     for (const Probe& pr : probes) {
       const int64_t v = pr.expr.eval(dims);
-      const int64_t seen = pr.kind == ProbeKind::Grid ? launch_blocks(v) : pr.kind == ProbeKind::Positive ? v > 0 : v;
+      if (pr.kind == ProbeKind::Grid) {
+        if (!blocks_serve(pr.value, v)) return false;
+        continue;
+      }
+      const int64_t seen = pr.kind == ProbeKind::Positive ? v > 0 : v;
       if (seen != pr.value) return false;
     }
     return true;
@@ -401,6 +413,57 @@ bool runs_as_small_matmul(const Step& step, const GemmLayout& l, DType dt, const
   if (step.weight_dtype || l.a.copy || l.b.copy || !l.outer.empty() || !gemm_dtype(dt)) return false;
   const int64_t m = l.m.eval(dims);
   return m >= 1 && m <= kSmallMatmulMaxRows && l.n.eval(dims) > 0 && l.k.eval(dims) > 0 && l.batch.eval(dims) > 0;
+}
+
+// A matmul operand whose view is no linear stride for every dims (a reshape merging a
+// run-time length: attention's [kv, group * s, d] read as [s, kv * group * d] for the
+// output projection) may be one at the dims of this run (s = 1 at a decode step): then
+// the launch reads it in place instead of copying it first. Returns that operand, its
+// strides constant, and the dims its view depends on (the resolution holds only while
+// they keep their values); nullopt when it is not linear here either, or when its view
+// depends on a dim the matmul's sizes do not (pinning it would cost the reuse of this
+// resolution across decode steps, which only the sizes' dims already cost).
+struct OperandAtDims {
+  GemmOperand operand;
+  std::vector<std::string> pinned;
+};
+std::optional<OperandAtDims> operand_at_dims(const GemmLayout& layout, const ShapeTracker& va, const ShapeTracker& vb,
+                                             int which, const DimMap& dims) {
+  std::set<std::string> size_dims;
+  for (const Expression* e : {&layout.m, &layout.n, &layout.k, &layout.batch})
+    for (auto& name : e->variables()) size_dims.insert(name);
+  std::map<std::string, Expression, std::less<>> values;
+  std::set<std::string> used;
+  auto note = [&](const Expression& e) {
+    for (auto& name : e.variables())
+      if (auto it = dims.find(name); it != dims.end()) {
+        values.emplace(name, Expression(it->second));
+        used.insert(name);
+      }
+  };
+  const ShapeTracker& mine = which == 0 ? va : vb;
+  for (const ViewDim& d : mine.dims()) {
+    note(d.size);
+    note(d.offset);
+    note(d.valid);
+  }
+  note(mine.base_offset());
+  note(mine.base_valid());
+  for (const ShapeTracker* v : {&va, &vb})
+    for (const ViewDim& d : v->dims()) note(d.size);
+  auto at = [&](const ShapeTracker& v) {
+    std::vector<ViewDim> out;
+    for (const ViewDim& d : v.dims())
+      out.push_back({d.size.substitute(values), d.offset.substitute(values), d.valid.substitute(values)});
+    return ShapeTracker::from_parts(std::move(out), v.base_offset().substitute(values), v.base_valid().substitute(values));
+  };
+  for (const auto& name : used)
+    if (!size_dims.count(name)) return std::nullopt;
+  auto l = cuda_gemm_layout(at(va), at(vb));
+  if (!l) return std::nullopt;
+  const GemmOperand& o = which == 0 ? l->a : l->b;
+  if (o.copy) return std::nullopt;
+  return OperandAtDims{o, {used.begin(), used.end()}};
 }
 
 // Resolutions kept per plan: decode steps at ever new positions must not pile up.
@@ -491,7 +554,7 @@ void launch_kernel(api::CUfunction fn, unsigned grid, unsigned block, const std:
   std::vector<void*> params;
   params.reserve(args.size());
   for (const DevicePtr& a : args) params.push_back(const_cast<DevicePtr*>(&a));
-  LUMINAL_CU(cuLaunchKernel, fn, grid, 1u, 1u, block, 1u, 1u, 0u, stream, params.data(), nullptr);
+  cuda::launch_kernel(fn, grid, 1u, 1u, block, 0u, stream, params.data());
 }
 
 const char* kernel_error_text(int32_t code) {
@@ -521,6 +584,10 @@ struct CudaRuntime::State {
   enum Phase { kPrepare, kResolve, kGraph, kLaunch, kWait, kPhases };
   double host_ms[kPhases] = {};
   int64_t timed_runs = 0;
+  // The same for runs that neither resolved anew nor captured or updated a graph (a decode
+  // step in its steady state): what every token pays.
+  double steady_ms[kPhases] = {};
+  int64_t steady_runs = 0;
   bool print_host_times = env_on("LUMINAL_CUDA_HOST_TIMES");
   std::string last_update_refusal;  // why the last refused update was refused
   std::map<std::string, OpProfile> op_profile;
@@ -539,6 +606,14 @@ struct CudaRuntime::State {
                    static_cast<long long>(timed_runs), host_ms[kPrepare] / n, host_ms[kResolve] / n, host_ms[kGraph] / n,
                    host_ms[kLaunch] / n, host_ms[kWait] / n, resolutions, reused, captured, updated, replays,
                    eager_runs);
+      if (steady_runs > 0) {
+        const double m = static_cast<double>(steady_runs);
+        std::fprintf(stderr,
+                     "cuda host: %lld steady runs (no new resolution or graph), ms per run: prepare %.3f, resolve "
+                     "%.3f, graph %.3f, launch %.3f, wait %.3f\n",
+                     static_cast<long long>(steady_runs), steady_ms[kPrepare] / m, steady_ms[kResolve] / m,
+                     steady_ms[kGraph] / m, steady_ms[kLaunch] / m, steady_ms[kWait] / m);
+      }
     }
   }
 
@@ -975,9 +1050,12 @@ void CudaRuntime::run(size_t slot, const DimMap& dims) {
   const StreamHandle stream = s.stream();
   using host_clock = std::chrono::steady_clock;
   auto mark = host_clock::now();
+  double run_ms[State::kPhases] = {};
+  const int changes_before = s.resolutions + s.captured + s.updated + s.eager_runs;
   auto phase_done = [&](State::Phase ph) {
     const auto now = host_clock::now();
-    s.host_ms[ph] += std::chrono::duration<double, std::milli>(now - mark).count();
+    run_ms[ph] = std::chrono::duration<double, std::milli>(now - mark).count();
+    s.host_ms[ph] += run_ms[ph];
     mark = now;
   };
   std::vector<int64_t> key;
@@ -1038,13 +1116,17 @@ void CudaRuntime::run(size_t slot, const DimMap& dims) {
     for (size_t i = 0; fits && i < now.uses.size(); ++i) fits = now.uses[i].bytes <= p.planned_uses[i].bytes;
   }
   if (!fits) {
-    // A buffer that grew gets a quarter of headroom: a decode length growing by one per
-    // step then keeps the plan (and every pointer, so its launches: Resolved::serves).
-    if (p.planned_uses.size() == now.uses.size())
-      for (size_t i = 0; i < now.uses.size(); ++i) {
-        int64_t& b = now.uses[i].bytes;
+    // A buffer that grew, or whose size depends on the dims when first planned, gets a
+    // quarter of headroom: a decode length growing by one per step then keeps the plan
+    // (and every pointer, so its launches: Resolved::serves) from its first step on.
+    const bool replan = p.planned_uses.size() == now.uses.size();
+    for (size_t i = 0; i < now.uses.size(); ++i) {
+      int64_t& b = now.uses[i].bytes;
+      if (replan)
         b = b > p.planned_uses[i].bytes ? b + b / 4 : p.planned_uses[i].bytes;
-      }
+      else if (!product(g.node(now.nodes[i]).shape).is_constant())
+        b += b / 4;
+    }
     plan::MemoryPlan packed = plan::pack(now.uses, kAlignment);
     p.arena = packed;
     p.arena.offsets.assign(g.size(), plan::kNotInArena);
@@ -1227,11 +1309,21 @@ void CudaRuntime::run(size_t slot, const DimMap& dims) {
             const bool widened = o == 1 && step.weight_dtype.has_value();
             const int64_t src_esize = widened ? static_cast<int64_t>(dtype_bytes(*step.weight_dtype)) : esize;
             bool copy = go[o]->copy;
+            const GemmOperand* strides = go[o];
+            std::optional<OperandAtDims> here;
+            if (copy && !widened) {
+              here = operand_at_dims(l, n.inputs[0].view, n.inputs[1].view, o, dims);
+              if (here) {
+                for (const auto& name : here->pinned) rs.eval(Expression::var(name));
+                strides = &here->operand;
+                copy = false;
+              }
+            }
             if (!copy) {
-              x.base = ptr[n.inputs[o].node] + static_cast<DevicePtr>(rs.eval(go[o]->offset) * src_esize);
-              x.rs = rs.eval(go[o]->row);
-              x.cs = rs.eval(go[o]->col);
-              x.bs = rs.eval(go[o]->batch);
+              x.base = ptr[n.inputs[o].node] + static_cast<DevicePtr>(rs.eval(strides->offset) * src_esize);
+              x.rs = rs.eval(strides->row);
+              x.cs = rs.eval(strides->col);
+              x.bs = rs.eval(strides->batch);
               if (gemv) {
                 // The GEMV reads x as [m, k] and w as [n, k], both packed.
                 copy = o == 0 ? !(x.cs == 1 && (m == 1 || x.rs == k)) : !(x.rs == 1 && (nn == 1 || x.cs == k));
@@ -1429,18 +1521,23 @@ void CudaRuntime::run(size_t slot, const DimMap& dims) {
   } else if (s.profiling) {
     ++r.runs;
     ++s.profiled_runs;
-    std::vector<std::unique_ptr<Event>> marks;
-    marks.push_back(std::make_unique<Event>());
-    marks.back()->record(stream);
-    for (auto& op : r.ops) {
-      op.enqueue(stream);
-      marks.push_back(std::make_unique<Event>());
-      marks.back()->record(stream);
+    // Each op between its own two events. The host enqueues an op and its events more
+    // slowly than the GPU runs a small kernel, so timing them as they are enqueued would
+    // measure the host: a short hold kernel goes before every batch of ops, and the GPU
+    // runs the batch back to back, as it would from a graph. The events are made first.
+    constexpr size_t kBatch = 64;
+    constexpr int64_t kHoldNs = 2'000'000;  // enqueueing a batch takes well under 2 ms
+    std::vector<Event> starts(r.ops.size()), ends(r.ops.size());
+    for (size_t k = 0; k < r.ops.size(); ++k) {
+      if (k % kBatch == 0) hold_stream(*s.shared->modules, kHoldNs, stream);
+      starts[k].record(stream);
+      r.ops[k].enqueue(stream);
+      ends[k].record(stream);
     }
-    marks.back()->synchronize();
+    if (!r.ops.empty()) ends.back().synchronize();
     for (size_t k = 0; k < r.ops.size(); ++k) {
       OpProfile& prof = s.op_profile[r.ops[k].label.empty() ? "(runtime)" : r.ops[k].label];
-      prof.ms += Event::elapsed_ms(*marks[k], *marks[k + 1]);
+      prof.ms += Event::elapsed_ms(starts[k], ends[k]);
       prof.calls++;
     }
   } else {
@@ -1457,6 +1554,10 @@ void CudaRuntime::run(size_t slot, const DimMap& dims) {
   else LUMINAL_CU(cuStreamSynchronize, stream);
   phase_done(State::kWait);
   ++s.timed_runs;
+  if (s.resolutions + s.captured + s.updated + s.eager_runs == changes_before) {
+    for (int ph = 0; ph < State::kPhases; ++ph) s.steady_ms[ph] += run_ms[ph];
+    ++s.steady_runs;
+  }
   for (size_t k = 0; k < p.steps.size(); ++k) {
     std::span<const int32_t> record(errors.data() + k * kernel::kErrorWords, kernel::kErrorWords);
     if (record[0] == 0) continue;

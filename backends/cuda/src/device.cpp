@@ -1,5 +1,9 @@
 #include "luminal_cuda/device.hpp"
 
+#include <atomic>
+#include <cstdlib>
+#include <string_view>
+
 #include <algorithm>
 #include <exception>
 #include <iterator>
@@ -9,6 +13,11 @@
 #include "luminal/error.hpp"
 
 namespace luminal::cuda {
+
+namespace {
+// launch_kernel's mode, set by the Context (one device per process).
+std::atomic<bool> g_dependent_launches{false};
+}  // namespace
 
 namespace {
 Availability probe() {
@@ -67,6 +76,12 @@ Context::Context(int ordinal) {
   LUMINAL_CU(cuDeviceGetAttribute, &info_.max_shared_per_block_optin,
              api::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, device_);
   LUMINAL_CU(cuDeviceTotalMem, &info_.total_memory, device_);
+  const char* pdl = std::getenv("LUMINAL_CUDA_PDL");
+  // Profiling times each launch with events; a dependent launch starts before its
+  // predecessor ends, so its time would include the predecessor's tail.
+  const char* profile = std::getenv("LUMINAL_CUDA_PROFILE");
+  const bool pdl_off = (pdl && std::string_view(pdl) == "0") || (profile && *profile && std::string_view(profile) != "0");
+  g_dependent_launches = info_.cc_major >= 9 && api::driver_table().cuLaunchKernelEx != nullptr && !pdl_off;
 }
 
 Context::~Context() {
@@ -126,6 +141,29 @@ void DeviceBuffer::zero(StreamHandle stream) {
 
 void copy_device_to_device(DevicePtr dst, DevicePtr src, size_t bytes, StreamHandle stream) {
   if (bytes > 0) LUMINAL_CU(cuMemcpyDtoDAsync, dst, src, bytes, stream);
+}
+
+bool dependent_launches() { return g_dependent_launches.load(std::memory_order_relaxed); }
+
+void launch_kernel(api::CUfunction fn, unsigned grid_x, unsigned grid_y, unsigned grid_z, unsigned block,
+                   unsigned shared_bytes, StreamHandle stream, void** params) {
+  if (dependent_launches()) {
+    api::CUlaunchAttribute attr;
+    attr.id = api::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+    attr.value.programmaticStreamSerializationAllowed = 1;
+    api::CUlaunchConfig config;
+    config.gridDimX = grid_x;
+    config.gridDimY = grid_y;
+    config.gridDimZ = grid_z;
+    config.blockDimX = block;
+    config.sharedMemBytes = shared_bytes;
+    config.hStream = stream;
+    config.attrs = &attr;
+    config.numAttrs = 1;
+    LUMINAL_CU(cuLaunchKernelEx, &config, fn, params, nullptr);
+    return;
+  }
+  LUMINAL_CU(cuLaunchKernel, fn, grid_x, grid_y, grid_z, block, 1u, 1u, shared_bytes, stream, params, nullptr);
 }
 
 Event::Event() { LUMINAL_CU(cuEventCreate, &event_, api::CU_EVENT_DEFAULT); }

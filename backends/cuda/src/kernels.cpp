@@ -53,7 +53,7 @@ int gemv_row_capacity(int M) {
 
 void launch(api::CUfunction fn, unsigned grid_x, unsigned grid_y, unsigned block, unsigned shared_bytes,
             StreamHandle stream, void** params) {
-  LUMINAL_CU(cuLaunchKernel, fn, grid_x, grid_y, 1u, block, 1u, 1u, shared_bytes, stream, params, nullptr);
+  launch_kernel(fn, grid_x, grid_y, 1u, block, shared_bytes, stream, params);
 }
 
 }  // namespace
@@ -292,12 +292,11 @@ void launch_decode_attention(ModuleCache& cache, const DecodeAttentionArgs& a, D
   float scale = a.scale != 0 ? a.scale : 1.0f / std::sqrt(static_cast<float>(l.head_dim));
   void* partial_params[] = {&q, &k, &v, &partial_o, &partial_stats, &kv_heads, &seq_len, &seq_ptr, &chunk, &sb, &sh, &sp,
                             &scale};
-  LUMINAL_CU(cuLaunchKernel, partial, static_cast<unsigned>(l.kv_heads), static_cast<unsigned>(splits),
-             static_cast<unsigned>(l.batch), static_cast<unsigned>(kAttentionWarps * 32), 1u, 1u, 0u, stream,
-             partial_params, nullptr);
+  launch_kernel(partial, static_cast<unsigned>(l.kv_heads), static_cast<unsigned>(splits),
+                static_cast<unsigned>(l.batch), static_cast<unsigned>(kAttentionWarps * 32), 0u, stream, partial_params);
   void* combine_params[] = {&partial_o, &partial_stats, &out, &q_heads, &n_splits};
-  LUMINAL_CU(cuLaunchKernel, combine, static_cast<unsigned>(a.q_heads), static_cast<unsigned>(l.batch), 1u,
-             static_cast<unsigned>(l.head_dim), 1u, 1u, 0u, stream, combine_params, nullptr);
+  launch_kernel(combine, static_cast<unsigned>(a.q_heads), static_cast<unsigned>(l.batch), 1u,
+                static_cast<unsigned>(l.head_dim), 0u, stream, combine_params);
 }
 
 KernelSource kv_scatter_source(DType dtype) {
@@ -325,7 +324,7 @@ void launch_kv_scatter(ModuleCache& cache, DType dtype, const KvCacheLayout& lay
   long long sb = l.stride_b, sh = l.stride_h, sp = l.stride_p;
   void* params[] = {&k_new, &v_new, &k_cache, &v_cache, &kv_heads, &new_len, &head_dim, &start, &start_ptr, &capacity,
                     &sb, &sh, &sp, &vectorized};
-  LUMINAL_CU(cuLaunchKernel, fn, blocks, static_cast<unsigned>(l.batch), 1u, 256u, 1u, 1u, 0u, stream, params, nullptr);
+  launch_kernel(fn, blocks, static_cast<unsigned>(l.batch), 1u, 256u, 0u, stream, params);
 }
 
 // ---- small matmul ----
@@ -354,6 +353,15 @@ void fill_uniform(ModuleCache& cache, DType dtype, DevicePtr out, int64_t count,
   int special = static_cast<int>(specials);
   void* params[] = {&out, &n, &seed, &scale, &special};
   launch(fn, blocks, 1, 256, 0, stream, params);
+}
+
+KernelSource hold_source() { return assemble("hold", embedded::kFillCu, "LUMINAL_HOLD_ENTRY(luminal_hold)"); }
+
+void hold_stream(ModuleCache& cache, int64_t nanoseconds, StreamHandle stream) {
+  api::CUfunction fn = cache.function(hold_source(), kHoldKernelName);
+  long long ns = nanoseconds;
+  void* params[] = {&ns};
+  launch(fn, 1, 1, 1, 0, stream, params);
 }
 
 // ---- every variant ----
@@ -398,6 +406,7 @@ std::vector<KernelSource> all_kernel_sources() {
       sources.push_back(attention_source(dt, 128, 4));
     }
   }
+  sources.push_back(hold_source());
   return sources;
 }
 

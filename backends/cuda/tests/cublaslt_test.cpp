@@ -185,3 +185,27 @@ TEST(CublasLtSupport, RejectsWhatItCannotRun) {
   spec.tf32 = true;
   EXPECT_FALSE(cublaslt_supports(spec, &why));
 }
+
+// The plan's algorithm is the fastest of the heuristic's candidates, timed on scratch
+// operands (a skinny product, where the first candidate is often slow): whichever wins
+// must compute the same products, with a bias and beta that the scratch run must not
+// leave behind in the real output.
+TEST_F(CublasLtMatmul, AutotunedPlansComputeTheSameProducts) {
+  Context ctx;
+  Stream stream;
+  CublasLt lt;
+  MatmulSpec spec;
+  spec.dtype = DType::BF16;
+  spec.m = 64, spec.n = 96, spec.k = 520;
+  spec.b.order = Order::ColMajor;
+  spec.bias = true;
+  run(lt, stream, spec, 300);
+  spec.dtype = DType::F32;
+  spec.bias = false;
+  spec.beta = 0.5f;
+  spec.batch = 3;
+  spec.a.batch_stride = 64 * 520 + 7;
+  run(lt, stream, spec, 301);
+  EXPECT_EQ(lt.prepared_count(), 2u);
+  EXPECT_GE(lt.autotuned_count(), 1u) << "the heuristic offered one candidate for both shapes";
+}

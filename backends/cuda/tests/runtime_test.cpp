@@ -13,6 +13,7 @@
 #include <random>
 #include <sstream>
 
+#include "luminal/kernel/program_kernels.hpp"
 #include "luminal/luminal.hpp"
 #include "luminal/search/genetic.hpp"
 #include "luminal/search/hlir_egraph.hpp"
@@ -236,6 +237,53 @@ TEST(CudaRuntime, MatmulThroughBothImplementations) {
         ASSERT_TRUE(p.has_value()) << "no program with a matmul op";
         expect_linear_matches(*p, m, x, w, xv, wv, rows, N, K, 1e-5, rounding,
                               detail::concat(impl, " ", dtype_name(dt), " rows ", rows));
+      }
+    }
+}
+
+// The output projection of attention reads [kv, group * s, d] as [s, kv * group * d]: no
+// linear view for every s (the matmul's step copies it), but one at s = 1 (a decode step),
+// where the launch reads it in place with the strides it has there. Lengths 1, 3, 1, 2:
+// each change of s must resolve anew (wrong strides at s = 3 read the wrong heads).
+TEST(CudaRuntime, ANonLinearOperandIsReadInPlaceWhereItIsLinear) {
+  LUMINAL_REQUIRE_GPU();
+  for (DType dt : {DType::F32, DType::BF16})
+    for (const char* impl : {"CudaGemv", "CudaCublasLt"}) {
+      const std::string what = detail::concat(impl, " ", dtype_name(dt));
+      luminal::testing::TestModel m;
+      const Expression s = Expression::var("s");
+      auto a = m.cx.named_tensor("a", {2, s * 3, 8}, dt);
+      auto w = m.cx.named_tensor("w", {16, 48}, dt);
+      m.inputs = {a, w};
+      m.outputs.push_back(a.reshape({2, 3, s, 8}).permute({2, 0, 1, 3}).reshape({s, 48}).linear(w).output());
+      m.cx.set_dim("s", 3);
+      auto p = program_with_matmuls(m, impl);
+      ASSERT_TRUE(p.has_value()) << what << ": no program with a matmul op";
+      bool copied_operand = false;  // the case this test is about
+      for (NodeId i = 0; i < p->program.size(); ++i) {
+        const Node& n = p->program.node(i);
+        if (n.op != OpKind::BackendOp || n.backend->name != impl) continue;
+        auto l = kernel::gemm_layout(n.inputs[0].view, n.inputs[1].view);
+        copied_operand = copied_operand || (l && (l->a.copy || l->b.copy));
+      }
+      ASSERT_TRUE(copied_operand) << what << ": the program reads no operand through a non-linear view";
+      cuda::CudaRuntime rt;
+      rt.load_program(0, p->program, p->io_of);
+      std::vector<NodeId> ids(m.cx.size());
+      for (NodeId i = 0; i < ids.size(); ++i) ids[i] = i;
+      ReferenceRuntime ref;
+      ref.load(m.cx, ids);
+      uint32_t seed = 40;
+      for (int64_t len : {1, 3, 1, 2}) {
+        for (auto& in : m.inputs) {
+          HostTensor t = varied(dt, static_cast<size_t>(in.numel().eval({{"s", len}})), seed++, false);
+          rt.set_tensor(in.id(), t);
+          ref.set_tensor(in.id(), t);
+        }
+        rt.execute({{"s", len}});
+        ref.execute({{"s", len}});
+        expect_outputs_match(rt, ref, m.outputs, what + " s " + std::to_string(len), 1e-4, 0.1);
+        if (::testing::Test::HasFatalFailure()) return;
       }
     }
 }
@@ -606,8 +654,9 @@ TEST(CudaRuntime, RefusedGraphUpdatesFallBack) {
   auto [gpu, ref] = g.compile(4);
   ::setenv("LUMINAL_FAKE_CUDA_GRAPH_UPDATE", "0", 1);
   const int updated0 = gpu.graphs_updated(), eager0 = gpu.eager_runs();
-  // Lengths far apart, so that each launches other grids (a new resolution, not a reuse).
-  run_lengths(g, gpu, ref, {20000, 12000, 7000, 4000, 2600, 1500, 900, 500, 300}, 110);
+  // Lengths far apart (each grid more than 4x from the last launched, beyond what it serves),
+  // so that each launches other grids (a new resolution, not a reuse).
+  run_lengths(g, gpu, ref, {80000, 12000, 1800, 60000, 9000, 1300, 40000, 6000, 900}, 110);
   ::unsetenv("LUMINAL_FAKE_CUDA_GRAPH_UPDATE");
   if (fake_device()) {
     EXPECT_EQ(gpu.graphs_updated(), updated0);

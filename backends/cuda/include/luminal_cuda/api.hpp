@@ -30,6 +30,30 @@ struct CUgraphExecUpdateResultInfo {
   CUgraphNode errorFromNode = nullptr;
 };
 
+// cuLaunchKernelEx's configuration (cuda.h: CUlaunchConfig, CUlaunchAttribute), with the
+// one attribute this backend sets.
+struct CUlaunchAttribute {
+  int id = 0;  // CUlaunchAttributeID
+  char pad[4] = {};
+  union {
+    char bytes[64];
+    int programmaticStreamSerializationAllowed;
+  } value = {};
+};
+struct CUlaunchConfig {
+  unsigned gridDimX = 1, gridDimY = 1, gridDimZ = 1;
+  unsigned blockDimX = 1, blockDimY = 1, blockDimZ = 1;
+  unsigned sharedMemBytes = 0;
+  CUstream hStream = nullptr;
+  CUlaunchAttribute* attrs = nullptr;
+  unsigned numAttrs = 0;
+};
+inline constexpr int CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION = 6;
+static_assert(sizeof(CUlaunchAttribute) == 72 && offsetof(CUlaunchAttribute, value) == 8, "cuda.h's CUlaunchAttribute");
+static_assert(sizeof(CUlaunchConfig) == 56 && offsetof(CUlaunchConfig, hStream) == 32 &&
+                  offsetof(CUlaunchConfig, attrs) == 40 && offsetof(CUlaunchConfig, numAttrs) == 48,
+              "cuda.h's CUlaunchConfig");
+
 inline constexpr CUresult CUDA_SUCCESS = 0;
 inline constexpr CUresult CUDA_ERROR_NO_DEVICE = 100;
 inline constexpr CUresult CUDA_ERROR_NOT_SUPPORTED = 801;
@@ -86,6 +110,7 @@ inline constexpr int CU_STREAM_CAPTURE_MODE_RELAXED = 2;
   X(cuLaunchKernel, "cuLaunchKernel",                                                           \
     CUresult(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,  \
              CUstream, void**, void**))                                                         \
+  X(cuLaunchKernelEx, "?cuLaunchKernelEx", CUresult(const CUlaunchConfig*, CUfunction, void**, void**)) \
   X(cuStreamBeginCapture, "cuStreamBeginCapture_v2", CUresult(CUstream, int))                  \
   X(cuStreamEndCapture, "cuStreamEndCapture", CUresult(CUstream, CUgraph*))                     \
   X(cuGraphInstantiateWithFlags, "cuGraphInstantiateWithFlags",                                 \

@@ -57,11 +57,17 @@ class CublasLt {
     enqueue(prepare(spec), a, b, d, bias, stream);
   }
   size_t prepared_count() const { return plans_.size(); }
+  // Plans whose algorithm was chosen by timing the heuristic's candidates (see prepare).
+  size_t autotuned_count() const { return autotuned_; }
 
  private:
   api::cublasLtHandle_t handle_ = nullptr;
   DeviceBuffer workspace_;
   std::map<std::string, std::unique_ptr<Plan>> plans_;
+  size_t autotuned_ = 0;
+  // Index of the fastest of `found` candidates for `plan`, timed on scratch operands; 0
+  // when none could be timed.
+  int fastest(const Plan& plan, const api::cublasLtMatmulHeuristicResult_t* candidates, int found);
 };
 
 }  // namespace luminal::cuda

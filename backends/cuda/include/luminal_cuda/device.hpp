@@ -103,6 +103,18 @@ class DeviceBuffer {
 
 void copy_device_to_device(DevicePtr dst, DevicePtr src, size_t bytes, StreamHandle stream);
 
+// Launch `fn` (grid_x x grid_y x grid_z blocks of `block` threads) on `stream`. Where the device is
+// sm_90 or newer and the driver has cuLaunchKernelEx, as a programmatic dependent launch:
+// its blocks may be scheduled while the previous kernel in the stream finishes, so that a
+// decode step's hundreds of short kernels do not each wait out a launch gap. Every kernel
+// this backend launches therefore starts with griddepcontrol.wait (LM_GRID_ENTER,
+// LK_GRID_ENTER), which holds it until that kernel has completed and its writes are
+// visible. LUMINAL_CUDA_PDL=0 launches them one after another instead.
+void launch_kernel(api::CUfunction fn, unsigned grid_x, unsigned grid_y, unsigned grid_z, unsigned block,
+                   unsigned shared_bytes, StreamHandle stream, void** params);
+// Whether launch_kernel launches programmatically (set when a Context is created).
+bool dependent_launches();
+
 class Event {
  public:
   Event();

@@ -104,6 +104,11 @@ inline constexpr const char* kFillKernelName = "luminal_fill";
 void fill_uniform(ModuleCache& cache, DType dtype, DevicePtr out, int64_t count, uint32_t seed, float scale,
                   StreamHandle stream, FillSpecials specials = FillSpecials::None);
 
+// One thread that holds `stream` for `nanoseconds` (the op profile's batches, see fill.cu).
+KernelSource hold_source();
+inline constexpr const char* kHoldKernelName = "luminal_hold";
+void hold_stream(ModuleCache& cache, int64_t nanoseconds, StreamHandle stream);
+
 // ---- small batched matmul, sizes and strides read from device memory ----
 // C[b, i, j] = sum_k A[b, i, k] B[b, k, j] (kernels/small_matmul.cu): the runtime's choice
 // for a matmul whose n or k changes from run to run (decode attention over a growing
