@@ -100,8 +100,10 @@ TEST(BackendContract, SearchPicksTheFusedOpWhenItIsFaster) {
   ScaledExp2Graph g;
   CompileReport r;
   auto loads = std::make_shared<int>(0);
+  // Seven trials each (the median is compared): ctest runs other tests beside this one on
+  // two cores, and with three a slow trial flipped the choice once.
   FusedTestRuntime rt = g.cx.compile(FusedTestRuntime(1, loads),
-                                     CompileOptions().report(&r).search_graph_limit(10).trials(3).seed(1));
+                                     CompileOptions().report(&r).search_graph_limit(10).trials(7).seed(1));
   EXPECT_GE(r.choice_slots, 1);
   EXPECT_GE(r.candidates, 2);  // the fused and the primitive program were both measured
   EXPECT_GT(*loads, 0);        // the backend received its op in load_program
