@@ -37,6 +37,13 @@ namespace {
 
 using clock_type = std::chrono::steady_clock;
 double since(clock_type::time_point t) { return std::chrono::duration<double>(clock_type::now() - t).count(); }
+// Adds the seconds from its construction to its destruction to `to`: a phase timer that
+// counts early returns too.
+struct PhaseTimer {
+  double& to;
+  clock_type::time_point from = clock_type::now();
+  ~PhaseTimer() { to += since(from); }
+};
 
 using BucketRanges = std::map<std::string, std::pair<int64_t, int64_t>>;
 
@@ -155,6 +162,7 @@ class SegmentProfiler {
     };
     std::vector<Fresh> fresh;
     auto t0 = clock_type::now();
+    auto batch_start = t0;
     for (size_t k = 0; k < batch.size(); ++k) {
       auto program = search::extract(seg_.lowered, seg_.space, batch[k]);
       if (!program) {
@@ -186,6 +194,8 @@ class SegmentProfiler {
       }
       fresh.push_back({k, h, std::move(*program)});
     }
+    phase_s_[kExtract] += since(batch_start);
+    auto prepare_start = clock_type::now();
     std::vector<const Graph*> programs;
     for (const auto& f : fresh) programs.push_back(&f.program.program);
     try {
@@ -197,6 +207,7 @@ class SegmentProfiler {
       // shows again there.
     }
     report_.setup_s += since(t0);
+    phase_s_[kPrepare] += since(prepare_start);
     for (auto& f : fresh) {
       out[f.index] = run(f.program);
       seen_[f.hash] = out[f.index];
@@ -211,6 +222,18 @@ class SegmentProfiler {
 
   Runtime& runtime() { return *rt_; }
 
+  // verbose: where the segment's search time went, beside the search's own work (choosing
+  // genomes), which is what is left of its wall time.
+  void print_phases(double search_wall_s) const {
+    double sum = 0;
+    for (double v : phase_s_) sum += v;
+    std::fprintf(stderr,
+                 "\n  search phases: extract %.2f s, prepare (compile) %.2f s, load %.2f s, inputs %.2f s, "
+                 "profile %.2f s, read and compare %.2f s, the search itself %.2f s",
+                 phase_s_[kExtract], phase_s_[kPrepare], phase_s_[kLoad], phase_s_[kInputs], phase_s_[kProfile],
+                 phase_s_[kRead], search_wall_s - sum);
+  }
+
  private:
   // Every input persists while profiling, so all trials see the same data.
   static void prepare_for_profiling(Graph& program) {
@@ -224,22 +247,27 @@ class SegmentProfiler {
     ProfileResult r;
     // verbose: where each candidate's time goes (a model-sized segment's first candidate
     // can spend its budget loading or warming up, not in the timed runs).
+    const auto candidate_start = clock_type::now();
     auto trace = [&](const search::Evaluation& ev) {
-      // The first few of each segment, and any that is slow to start or rejected.
-      if (!o_.verbose_ || (traced_++ >= 3 && ev.seconds && load_s + r.warmup_seconds < 1.0)) return;
+      // The first few of each segment, and any that takes a second or more, or is rejected.
+      const double total_s = since(candidate_start);
+      if (!o_.verbose_ || (traced_++ >= 3 && ev.seconds && total_s < 1.0)) return;
       const std::string verdict = ev.seconds ? std::to_string(*ev.seconds * 1e3) + " ms"
                                              : std::string(search::rejection_name(ev.rejection)) + ": " + ev.detail;
-      std::fprintf(stderr, "\n  candidate of %zu nodes: load %.2f s, warm-up %.2f s, %s", candidate.program.size(), load_s,
-                   r.warmup_seconds, verdict.c_str());
+      std::fprintf(stderr, "\n  candidate of %zu nodes: load %.2f s, warm-up %.2f s, %.2f s in all, %s",
+                   candidate.program.size(), load_s, r.warmup_seconds, total_s, verdict.c_str());
     };
     try {
       auto t0 = clock_type::now();
       rt_->load_program(0, candidate.program, candidate.io_of);
+      phase_s_[kLoad] += since(t0);
       if (!inputs_filled_) {
+        auto fill_start = clock_type::now();
         for (NodeId i = 0; i < seg_.graph->size(); ++i)
           if (seg_.graph->node(i).op == OpKind::Input)
             rt_->fill_profiling_input(i, seg_.graph->node(i), dims_, seed_ + i, input_values_);
         inputs_filled_ = true;
+        phase_s_[kInputs] += since(fill_start);
       }
       load_s = since(t0);
       report_.setup_s += load_s;
@@ -247,7 +275,10 @@ class SegmentProfiler {
       po.trials = o_.trials_;
       po.warmup = o_.warmup_;
       po.timeout = o_.profile_timeout_;
+      auto profile_start = clock_type::now();
       r = rt_->profile(dims_, po);
+      phase_s_[kProfile] += since(profile_start);
+      PhaseTimer read_time{phase_s_[kRead]};
       if (r.timed_out) {
         e.rejection = search::Rejection::Timeout;
         e.detail = "over the profile timeout";
@@ -298,6 +329,8 @@ class SegmentProfiler {
   InputValues input_values_ = InputValues::Uniform;
   bool inputs_filled_ = false;
   int traced_ = 0;  // candidates described on stderr (verbose)
+  enum Phase { kExtract, kPrepare, kLoad, kInputs, kProfile, kRead, kPhases };
+  double phase_s_[kPhases] = {};
   uint64_t seed_ = 0;
   std::vector<std::pair<NodeId, HostTensor>> reference_;
   std::unordered_map<uint64_t, search::Evaluation> seen_;
@@ -353,14 +386,39 @@ std::optional<std::string> verify_choice(const SaturatedSegment& seg, const Runt
   LUMINAL_ASSERT(a && b, "verify: programs must extract");
   const DType precision = segment_precision(*seg.graph);
   const InputValues special = is_half_float(precision) ? InputValues::SpecialHalf : InputValues::Special;
+  // verbose: the parts of verification that the per-program lines do not show.
+  double fresh_s = 0, compare_s = 0, teardown_s = 0;
+  struct PrintOnExit {
+    bool on;
+    double &fresh, &compare, &teardown;
+    ~PrintOnExit() {
+      if (on)
+        std::fprintf(stderr, "\n  verify phases: new runtimes %.2f s, comparing %.2f s, releasing runtimes %.2f s", fresh,
+                     compare, teardown);
+    }
+  } print_phases{verbose, fresh_s, compare_s, teardown_s};
   for (int round = 0; round < 2; ++round) {  // values of both signs, then special values
-    auto rt = target.fresh();  // one runtime for both programs: the inputs' buffers are reused
+    std::unique_ptr<Runtime> rt;
+    {
+      PhaseTimer fresh_time{fresh_s};
+      rt = target.fresh();  // one runtime for both programs: the inputs' buffers are reused
+    }
+    struct ReleaseTimed {  // declared after rt: runs first, then times rt's release
+      std::unique_ptr<Runtime>& rt;
+      double& seconds;
+      ~ReleaseTimed() {
+        auto t = clock_type::now();
+        rt.reset();
+        seconds += since(t);
+      }
+    } release{rt, teardown_s};
     const uint64_t round_seed = seed + 1000 * round;
     const InputValues values = round == 1 ? special : InputValues::Uniform;
     auto want = run_on_made_inputs(*rt, *b, *seg.graph, dims, round_seed, values, verbose ? "unrewritten" : nullptr);
     if (want.index() == 1) return std::nullopt;  // the unrewritten program itself rejects these inputs
     auto got = run_on_made_inputs(*rt, *a, *seg.graph, dims, round_seed, values, verbose ? "chosen" : nullptr);
     if (got.index() == 1) return "it throws where the unrewritten program does not: " + std::get<1>(got);
+    PhaseTimer compare_time{compare_s};
     for (auto& [id, t] : std::get<0>(got))
       for (auto& [wid, w] : std::get<0>(want)) {
         if (id != wid) continue;
@@ -420,6 +478,7 @@ search::SegmentProgram search_segment(const SaturatedSegment& seg, const Runtime
     search::SearchResult result = search::genetic_search(
         choices, o, setup, [&](std::span<const search::Genome> batch) { return profiler.evaluate(batch); });
     best = result.best;
+    if (o.verbose_) profiler.print_phases(since(t0));
     report.candidates += result.report.candidates;
     report.duplicates += result.report.duplicates_skipped;
     for (auto r : result.report.rejected) report.rejected += r;
