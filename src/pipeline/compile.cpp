@@ -153,6 +153,11 @@ class SegmentProfiler {
     seed_ = seed;
   }
 
+  // The segment's search ends at `deadline`: a generation still running then stops between
+  // candidates (once one candidate has run), so one generation of slow candidates cannot
+  // overrun the budget many times over.
+  void set_deadline(clock_type::time_point deadline) { deadline_ = deadline; }
+
   std::vector<search::Evaluation> evaluate(std::span<const search::Genome> batch) {
     std::vector<search::Evaluation> out(batch.size());
     struct Fresh {
@@ -198,19 +203,26 @@ class SegmentProfiler {
     auto prepare_start = clock_type::now();
     std::vector<const Graph*> programs;
     for (const auto& f : fresh) programs.push_back(&f.program.program);
-    try {
-      rt_->prepare(programs);
-    } catch (const DeviceLost&) {
-      throw;
-    } catch (const std::exception&) {
-      // A backend reports per-program failures from load_program; a batch-wide one
-      // shows again there.
+    if (!past_deadline()) {
+      try {
+        rt_->prepare(programs);
+      } catch (const DeviceLost&) {
+        throw;
+      } catch (const std::exception&) {
+        // A backend reports per-program failures from load_program; a batch-wide one
+        // shows again there.
+      }
     }
     report_.setup_s += since(t0);
     phase_s_[kPrepare] += since(prepare_start);
     for (auto& f : fresh) {
+      if (past_deadline()) {  // not run, and not remembered: a later search may run it
+        out[f.index] = {std::nullopt, search::Rejection::Timeout, "not run: the segment's search time was up"};
+        continue;
+      }
       out[f.index] = run(f.program);
       seen_[f.hash] = out[f.index];
+      if (out[f.index].seconds) any_viable_ = true;
     }
     for (auto [k, of] : pending_dups_) {
       out[k] = out[of];
@@ -329,6 +341,9 @@ class SegmentProfiler {
   InputValues input_values_ = InputValues::Uniform;
   bool inputs_filled_ = false;
   int traced_ = 0;  // candidates described on stderr (verbose)
+  std::optional<clock_type::time_point> deadline_;
+  bool any_viable_ = false;  // a candidate has run: the search has a result to keep
+  bool past_deadline() const { return any_viable_ && deadline_ && clock_type::now() > *deadline_; }
   enum Phase { kExtract, kPrepare, kLoad, kInputs, kProfile, kRead, kPhases };
   double phase_s_[kPhases] = {};
   uint64_t seed_ = 0;
@@ -475,6 +490,8 @@ search::SegmentProgram search_segment(const SaturatedSegment& seg, const Runtime
     setup.fallback = source;
     setup.slow_fallback = cheapest;
     setup.time_limit_s = std::max(time_left_s, 1e-3);
+    profiler.set_deadline(clock_type::now() + std::chrono::duration_cast<clock_type::duration>(
+                                                   std::chrono::duration<double>(setup.time_limit_s)));
     search::SearchResult result = search::genetic_search(
         choices, o, setup, [&](std::span<const search::Genome> batch) { return profiler.evaluate(batch); });
     best = result.best;

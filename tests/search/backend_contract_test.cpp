@@ -7,6 +7,7 @@
 #include <cmath>
 #include <fstream>
 #include <random>
+#include <thread>
 
 #include <unistd.h>
 
@@ -340,5 +341,65 @@ TEST(CompareOutputs, HalfPrecisionDriftPassesAndWrongProgramsFail) {
       EXPECT_FALSE(compare_outputs(drift, want, DType::BF16).has_value());
       EXPECT_TRUE(compare_outputs(shifted, want, DType::BF16).has_value());
     }
+  }
+}
+
+namespace {
+// The fused test backend whose every run takes at least 40 ms, counting the candidates
+// it loads to profile (each load_program before the final plans).
+class SlowFusedRuntime : public FusedTestRuntime {
+ public:
+  explicit SlowFusedRuntime(std::shared_ptr<int> loads) : FusedTestRuntime(1), loads_(std::move(loads)) {}
+  std::unique_ptr<Runtime> fresh() const override { return std::make_unique<SlowFusedRuntime>(loads_); }
+  void load_program(size_t slot, const Graph& program, std::vector<NodeId> ids) override {
+    ++*loads_;
+    FusedTestRuntime::load_program(slot, program, std::move(ids));
+  }
+
+ protected:
+  void run(size_t slot, const DimMap& dims) override {
+    std::this_thread::sleep_for(std::chrono::milliseconds(40));
+    FusedTestRuntime::run(slot, dims);
+  }
+
+ private:
+  std::shared_ptr<int> loads_;
+};
+}  // namespace
+
+// A generation stops between candidates once the segment's search time is up: with runs of
+// 40 ms or more (two per candidate), a 0.3 s budget and generations of 24, the whole first
+// generation would take ~2 s. In the CUDA runtime's session-11 runs one generation of slow
+// candidates took a 2 s search to 40 s.
+TEST(BackendContract, AGenerationStopsWhenTheSearchTimeIsUp) {
+  Graph cx;
+  std::vector<GraphTensor> outs;
+  auto x = cx.tensor({64});
+  for (int i = 0; i < 8; ++i) outs.push_back((x * (0.25 + 0.125 * i)).exp2().output());  // 8 fusion choices
+  auto loads = std::make_shared<int>(0);
+  CompileReport r;
+  auto rt = cx.compile(SlowFusedRuntime(loads), CompileOptions()
+                                                    .report(&r)
+                                                    .search_graph_limit(200)
+                                                    .generation_size(24)
+                                                    .search_time_limit(std::chrono::milliseconds(300))
+                                                    .trials(1)
+                                                    .warmup(1)
+                                                    .verify(VerifyMode::Never)
+                                                    .program_cache(false)
+                                                    .seed(3));
+  EXPECT_GE(r.choice_slots, 8);
+  // The two seeds, the few offspring that fit in the budget, and the final plan's loads (5
+  // here); without the stop the whole generation ran (24 loads).
+  EXPECT_LE(*loads, 12) << r.to_string();
+  EXPECT_GE(*loads, 2);
+  std::vector<float> in(64);
+  for (size_t k = 0; k < in.size(); ++k) in[k] = static_cast<float>(k % 13) * 0.5f - 3.f;
+  rt.set_data(x, in);
+  rt.execute(cx.dim_map());
+  for (int i = 0; i < 8; ++i) {
+    auto out = rt.get_f32(outs[i]);
+    for (size_t k = 0; k < in.size(); ++k)
+      ASSERT_NEAR(out[k], std::exp2(in[k] * (0.25 + 0.125 * i)), 1e-5f * (1 + out[k])) << i << " " << k;
   }
 }
