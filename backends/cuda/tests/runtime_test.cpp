@@ -125,6 +125,30 @@ std::optional<search::Extracted> program_with_matmuls(luminal::testing::TestMode
   return std::nullopt;
 }
 
+// `p` on the device and `m` itself on the reference, ready to run side by side.
+struct DeviceAndReference {
+  cuda::CudaRuntime gpu;
+  ReferenceRuntime ref;
+  DeviceAndReference(const search::Extracted& p, luminal::testing::TestModel& m) {
+    gpu.load_program(0, p.program, p.io_of);
+    std::vector<NodeId> ids(m.cx.size());
+    for (NodeId i = 0; i < ids.size(); ++i) ids[i] = i;
+    ref.load(m.cx, ids);
+  }
+  // One run of both at `dim` = `len` on the same varied inputs, compared.
+  void step(luminal::testing::TestModel& m, DType dt, const std::string& dim, int64_t len, uint32_t seed,
+            const std::string& what, double tol, double half_tol) {
+    for (auto& in : m.inputs) {
+      HostTensor t = varied(dt, static_cast<size_t>(in.numel().eval({{dim, len}})), seed++, false);
+      gpu.set_tensor(in.id(), t);
+      ref.set_tensor(in.id(), t);
+    }
+    gpu.execute({{dim, len}});
+    ref.execute({{dim, len}});
+    expect_outputs_match(gpu, ref, m.outputs, what + " " + dim + " " + std::to_string(len), tol, half_tol);
+  }
+};
+
 // Runs `p`, the program of y = x [rows, K] . w [N, K]^T, on the device and compares y with
 // the products summed in double: within `magnitude_tol` of the products' magnitudes plus
 // `rounding` of the result (and 1e-6).
@@ -267,22 +291,11 @@ TEST(CudaRuntime, ANonLinearOperandIsReadInPlaceWhereItIsLinear) {
         copied_operand = copied_operand || (l && (l->a.copy || l->b.copy));
       }
       ASSERT_TRUE(copied_operand) << what << ": the program reads no operand through a non-linear view";
-      cuda::CudaRuntime rt;
-      rt.load_program(0, p->program, p->io_of);
-      std::vector<NodeId> ids(m.cx.size());
-      for (NodeId i = 0; i < ids.size(); ++i) ids[i] = i;
-      ReferenceRuntime ref;
-      ref.load(m.cx, ids);
+      DeviceAndReference both(*p, m);
       uint32_t seed = 40;
       for (int64_t len : {1, 3, 1, 2}) {
-        for (auto& in : m.inputs) {
-          HostTensor t = varied(dt, static_cast<size_t>(in.numel().eval({{"s", len}})), seed++, false);
-          rt.set_tensor(in.id(), t);
-          ref.set_tensor(in.id(), t);
-        }
-        rt.execute({{"s", len}});
-        ref.execute({{"s", len}});
-        expect_outputs_match(rt, ref, m.outputs, what + " s " + std::to_string(len), 1e-4, 0.1);
+        both.step(m, dt, "s", len, seed, what, 1e-4, 0.1);
+        seed += 2;
         if (::testing::Test::HasFatalFailure()) return;
       }
     }
@@ -506,23 +519,11 @@ TEST(CudaRuntime, DecodeAttentionOverAGrowingCacheReusesItsLaunches) {
       m.cx.set_dim("n", 37);
       auto p = program_with_matmuls(m, impl);
       ASSERT_TRUE(p.has_value()) << what << ": no program with a matmul op";
-      cuda::CudaRuntime rt;
-      rt.load_program(0, p->program, p->io_of);
-      std::vector<NodeId> ids(m.cx.size());
-      for (NodeId i = 0; i < ids.size(); ++i) ids[i] = i;
-      ReferenceRuntime ref;
-      ref.load(m.cx, ids);
+      DeviceAndReference both(*p, m);
+      cuda::CudaRuntime& rt = both.gpu;
       const int resolved0 = rt.resolutions(), reused0 = rt.resolutions_reused();
       for (int64_t len = 37; len < last; ++len) {
-        uint32_t seed = static_cast<uint32_t>(len) * 3;
-        for (auto& in : m.inputs) {
-          HostTensor t = varied(dt, static_cast<size_t>(in.numel().eval({{"n", len}})), seed++, false);
-          rt.set_tensor(in.id(), t);
-          ref.set_tensor(in.id(), t);
-        }
-        rt.execute({{"n", len}});
-        ref.execute({{"n", len}});
-        expect_outputs_match(rt, ref, m.outputs, what + " length " + std::to_string(len), 1e-4, 3e-2);
+        both.step(m, dt, "n", len, static_cast<uint32_t>(len) * 3, what, 1e-4, 3e-2);
         if (::testing::Test::HasFatalFailure()) return;
       }
       // New resolutions only where a buffer grew past its headroom (new pointers).
