@@ -104,6 +104,13 @@ class Runtime {
   // verifier accepts that much besides a rule's own tolerance. The CPU backend's F32 exp2
   // and log2 are float polynomials within 2 ulp of the correctly rounded values.
   virtual double numeric_tolerance() const { return 0; }
+  // Where verification runs a segment's unrewritten program, the oracle its chosen program
+  // must agree with, at `dims`: null (the default) runs it on a fresh copy of this runtime.
+  // A backend for which compiling that program costs more than interpreting it may return
+  // a runtime that makes the same profiling inputs (the reference interpreter).
+  virtual std::unique_ptr<Runtime> verification_oracle(const Graph& segment, const DimMap& dims) const {
+    return nullptr;
+  }
   // Cost of a program before it runs. Default: its buffers, packed by the memory planner.
   virtual CostEstimate estimate(const Graph& program, const DimMap& dims) const;
   // Called with a whole generation of candidate programs before they are loaded one by

@@ -429,7 +429,11 @@ std::optional<std::string> verify_choice(const SaturatedSegment& seg, const Runt
     } release{rt, teardown_s};
     const uint64_t round_seed = seed + 1000 * round;
     const InputValues values = round == 1 ? special : InputValues::Uniform;
-    auto want = run_on_made_inputs(*rt, *b, *seg.graph, dims, round_seed, values, verbose ? "unrewritten" : nullptr);
+    // The unrewritten program runs where the backend says (its oracle, e.g. the reference
+    // interpreter, or this runtime); both make the same inputs from the seed.
+    std::unique_ptr<Runtime> oracle = target.verification_oracle(*seg.graph, dims);
+    auto want = run_on_made_inputs(oracle ? *oracle : *rt, *b, *seg.graph, dims, round_seed, values,
+                                   verbose ? (oracle ? "unrewritten (oracle)" : "unrewritten") : nullptr);
     if (want.index() == 1) return std::nullopt;  // the unrewritten program itself rejects these inputs
     auto got = run_on_made_inputs(*rt, *a, *seg.graph, dims, round_seed, values, verbose ? "chosen" : nullptr);
     if (got.index() == 1) return "it throws where the unrewritten program does not: " + std::get<1>(got);

@@ -30,6 +30,9 @@ class CpuRuntime : public Runtime {
   // F32 exp2/log2 are float polynomials within 2 ulp (not the reference's double rounded
   // once); a few ulp more through the ops of a fused region.
   double numeric_tolerance() const override { return 1e-6; }
+  // The reference interpreter, for segments small enough at the verification dims that
+  // interpreting the unrewritten program is cheaper than compiling its kernels.
+  std::unique_ptr<Runtime> verification_oracle(const Graph& segment, const DimMap& dims) const override;
   void prepare(std::span<const Graph* const> programs) override;
   void load_program(size_t slot, const Graph& program, std::vector<NodeId> external_ids) override;
   void set_tensor(NodeId input, HostTensor data) override;
