@@ -598,23 +598,24 @@ struct CudaRuntime::State {
     if (shared && shared->stream) api::driver_table().cuStreamSynchronize(shared->stream->get());
     if (profiling && !op_profile.empty()) print_profile();
     if (print_host_times && timed_runs > 0) {
-      const double n = static_cast<double>(timed_runs);
       std::fprintf(stderr,
-                   "cuda host: %lld runs, ms per run: prepare %.3f, resolve %.3f, graph capture/update %.3f, launch "
-                   "%.3f, wait %.3f; %d resolutions, %d reused for new dims, %d graphs instantiated, %d updated, %d "
-                   "replays, %d eager\n",
-                   static_cast<long long>(timed_runs), host_ms[kPrepare] / n, host_ms[kResolve] / n, host_ms[kGraph] / n,
-                   host_ms[kLaunch] / n, host_ms[kWait] / n, resolutions, reused, captured, updated, replays,
-                   eager_runs);
-      if (steady_runs > 0) {
-        const double m = static_cast<double>(steady_runs);
-        std::fprintf(stderr,
-                     "cuda host: %lld steady runs (no new resolution or graph), ms per run: prepare %.3f, resolve "
-                     "%.3f, graph %.3f, launch %.3f, wait %.3f\n",
-                     static_cast<long long>(steady_runs), steady_ms[kPrepare] / m, steady_ms[kResolve] / m,
-                     steady_ms[kGraph] / m, steady_ms[kLaunch] / m, steady_ms[kWait] / m);
-      }
+                   "cuda host: %lld runs, ms per run: %s; %d resolutions, %d reused for new dims, %d graphs "
+                   "instantiated, %d updated, %d replays, %d eager\n",
+                   static_cast<long long>(timed_runs), phases_per_run(host_ms, timed_runs).c_str(), resolutions, reused,
+                   captured, updated, replays, eager_runs);
+      if (steady_runs > 0)
+        std::fprintf(stderr, "cuda host: %lld steady runs (no new resolution or graph), ms per run: %s\n",
+                     static_cast<long long>(steady_runs), phases_per_run(steady_ms, steady_runs).c_str());
     }
+  }
+
+  // "prepare 0.123, resolve ..., wait ...": each phase's milliseconds per run.
+  static std::string phases_per_run(const double (&ms)[kPhases], int64_t runs) {
+    const double n = static_cast<double>(runs);
+    char text[160];
+    std::snprintf(text, sizeof text, "prepare %.3f, resolve %.3f, graph capture/update %.3f, launch %.3f, wait %.3f",
+                  ms[kPrepare] / n, ms[kResolve] / n, ms[kGraph] / n, ms[kLaunch] / n, ms[kWait] / n);
+    return text;
   }
 
   void print_profile() const {
