@@ -554,7 +554,9 @@ TEST(CudaRuntime, SmallMatmulKeepsSpecialValuesAndOverflow) {
   for (NodeId i = 0; i < ids.size(); ++i) ids[i] = i;
   ReferenceRuntime ref;
   ref.load(m.cx, ids);
-  for (int64_t len : {37, 5}) {
+  // 37 and 5 run the lane-per-column path; 40 and 8 (B rows 16-byte aligned) the path
+  // that reads 16 bytes of a row of B per thread and splits k over the block.
+  for (int64_t len : {37, 5, 40, 8}) {
     HostTensor av = varied(DType::F32, 3 * 4 * 24, static_cast<uint32_t>(len), true);
     HostTensor bv = varied(DType::F32, static_cast<size_t>(3 * 24 * len), static_cast<uint32_t>(len) + 1, true);
     av.set_f64(0, 3e38);
