@@ -147,6 +147,9 @@ std::shared_ptr<const std::string> ModuleCache::cubin(const KernelSource& source
     }
   }
   if (!result) {
+    // LUMINAL_KERNEL_DUMP=DIR (as for the CPU backend's kernels): each compiled source, for diagnosis.
+    if (const char* dir = std::getenv("LUMINAL_KERNEL_DUMP"); dir && *dir)
+      std::ofstream(fs::path(dir) / (source.name + "-" + key + ".cu")) << source.code;
     result = std::make_shared<const std::string>(compile_cubin(source, arch_));
     if (!file.empty()) {
       // Write to a unique temporary name and rename: concurrent processes never see a
