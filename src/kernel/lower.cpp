@@ -986,8 +986,12 @@ std::optional<Kernel> lower_unfolded(const Region& region) {
     } else if (longest_row_loop(p, cols) >= kBlockRowMin) {
       // A long row (a norm over the hidden size) gets a block: one warp walking a decode
       // step's 4096 elements alone took 23-39 us on the H200 (its loads wait in a chain).
+      // Threads enough for a few elements each, so that a row's loads are in flight at
+      // once: a decode step's RMSNorm over 4096 took 8 us with 256 threads (four dependent
+      // rounds of loads per pass), where its bytes take well under one.
       k.geometry = Geometry::BlockPerRow;
-      k.block_x = 256;
+      const int64_t longest = longest_row_loop(p, cols);
+      k.block_x = longest >= 4096 ? 1024 : longest >= 2048 ? 512 : 256;
       k.grid_x = rows;
     } else {
       k.geometry = Geometry::WarpPerRow;

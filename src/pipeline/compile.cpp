@@ -310,13 +310,19 @@ class SegmentProfiler {
       } else {
         for (auto& [id, t] : outs)
           for (auto& [rid, rt] : reference_)
-            if (rid == id && is_float(t.dtype))
+            if (rid == id && is_float(t.dtype)) {
+              const auto started = clock_type::now();
               if (auto why = compare_outputs(t, rt, precision_)) {
                 e.rejection = search::Rejection::Mismatch;
                 e.detail = *why;
                 trace(e);
                 return e;
               }
+              if (o_.verbose_ && since(started) > 0.05)
+                std::fprintf(stderr, "\n  candidate output %u (%s, %zu elements): compared in %.2f s",
+                             static_cast<unsigned>(id), std::string(dtype_name(t.dtype)).c_str(), t.numel(),
+                             since(started));
+            }
       }
       e.seconds = r.seconds;
       trace(e);
@@ -441,11 +447,15 @@ std::optional<std::string> verify_choice(const SaturatedSegment& seg, const Runt
     for (auto& [id, t] : std::get<0>(got))
       for (auto& [wid, w] : std::get<0>(want)) {
         if (id != wid) continue;
+        const auto started = clock_type::now();
         if (!is_float(t.dtype)) {
           if (t.to_i64() != w.to_i64()) return "output " + std::to_string(id) + " differs";
         } else if (auto why = compare_outputs(t, w, precision)) {
           return "output " + std::to_string(id) + ", " + *why;
         }
+        if (verbose && since(started) > 0.05)
+          std::fprintf(stderr, "\n  verify, output %u (%s, %zu elements): compared in %.2f s", static_cast<unsigned>(id),
+                       std::string(dtype_name(t.dtype)).c_str(), t.numel(), since(started));
       }
   }
   return std::nullopt;
