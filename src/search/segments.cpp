@@ -94,6 +94,17 @@ Segment make_segment(const Graph& g, NodeId begin, NodeId end) {
   auto value = [&](NodeId orig) -> NodeId {
     if (auto it = local.find(orig); it != local.end()) return it->second;
     const Node& src = g.node(orig);
+    if (src.op == OpKind::Input) {
+      // A graph input made in an earlier segment's range (a layer's weights created before
+      // the layer boundary) is read here as itself, not exported by that segment: an 8B
+      // layer's MLP weights left it as three 117 MB outputs that every verification read
+      // back and compared (35 of a 49 s compile).
+      Node in = src;
+      in.updates = kNoNode;
+      NodeId id = add(std::move(in), orig, kNoNode);
+      local[orig] = id;
+      return id;
+    }
     Node in;
     in.op = OpKind::Input;
     in.dtype = src.dtype;
@@ -117,7 +128,7 @@ Segment make_segment(const Graph& g, NodeId begin, NodeId end) {
       if (in.node >= begin && in.node < end) escapes[in.node - begin] = true;
   }
   for (NodeId i = begin; i < end; ++i) {
-    if (!escapes[i - begin]) continue;
+    if (!escapes[i - begin] || g.node(i).op == OpKind::Input) continue;  // later segments read inputs as themselves
     Node out;
     out.op = OpKind::Output;
     out.dtype = g.node(i).dtype;
@@ -185,8 +196,9 @@ std::pair<Graph, std::vector<NodeId>> compile_by_segments(
         if (NodeId src = seg.boundary_source[sn]; src != kNoNode) {
           LUMINAL_ASSERT(value_of[src] != kNoNode, "boundary value ", src, " not produced before use");
           map[q] = value_of[src];
+        } else if (NodeId orig = seg.original[sn]; value_of[orig] != kNoNode) {
+          map[q] = value_of[orig];  // a graph input an earlier segment also read
         } else {
-          NodeId orig = seg.original[sn];
           Node in = g.node(orig);
           map[q] = emit(std::move(in), orig);
           value_of[orig] = map[q];

@@ -40,41 +40,19 @@ __device__ __forceinline__ void small_matmul(const T* __restrict__ a, const T* _
   T* crow = c + row * n;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   if (b_rs == 1) {
-    // A warp's COLS columns advance together, so that all their loads are in flight at
-    // once: one column after another (a decode step's q . k^T, k = 128: one round of loads
-    // each) waited for four rounds, 8.8 us per step on the H200. Each column's sum is added
-    // in the same order as one at a time.
-    constexpr int COLS = 32 / kSmallMatmulWarps;
-    const T* bcol[COLS];
-    bool live[COLS];
+    for (int jj = warp; jj < 32; jj += kSmallMatmulWarps) {
+      const long long j = j0 + jj;
+      if (j >= n) break;  // the same for the whole warp
+      const T* bcol = bmat + j * b_cs;
+      float acc[kUnroll] = {};
+      long long kk = lane;
+      for (; kk + (kUnroll - 1) * 32 < k; kk += kUnroll * 32)
 #pragma unroll
-    for (int c = 0; c < COLS; ++c) {
-      const long long j = j0 + warp + c * kSmallMatmulWarps;
-      live[c] = j < n;
-      bcol[c] = bmat + (live[c] ? j : 0) * b_cs;
-    }
-    float acc[COLS][kUnroll] = {};
-    long long kk = lane;
-    for (; kk + (kUnroll - 1) * 32 < k; kk += kUnroll * 32) {
-      float x[kUnroll];
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u) x[u] = to_float(arow[(kk + u * 32) * a_cs]);
-#pragma unroll
-      for (int c = 0; c < COLS; ++c)
-        if (live[c])
-#pragma unroll
-          for (int u = 0; u < kUnroll; ++u) acc[c][u] = __fadd_rn(acc[c][u], __fmul_rn(x[u], to_float(bcol[c][kk + u * 32])));
-    }
-    for (; kk < k; kk += 32) {
-      const float x = to_float(arow[kk * a_cs]);
-#pragma unroll
-      for (int c = 0; c < COLS; ++c)
-        if (live[c]) acc[c][0] = __fadd_rn(acc[c][0], __fmul_rn(x, to_float(bcol[c][kk])));
-    }
-#pragma unroll
-    for (int c = 0; c < COLS; ++c) {
-      const float sum = warp_sum(combine(acc[c]));  // every lane takes part: live[c] is the warp's
-      if (lane == 0 && live[c]) crow[j0 + warp + c * kSmallMatmulWarps] = from_float<T>(sum);
+        for (int u = 0; u < kUnroll; ++u)
+          acc[u] = __fadd_rn(acc[u], __fmul_rn(to_float(arow[(kk + u * 32) * a_cs]), to_float(bcol[kk + u * 32])));
+      for (; kk < k; kk += 32) acc[0] = __fadd_rn(acc[0], __fmul_rn(to_float(arow[kk * a_cs]), to_float(bcol[kk])));
+      const float sum = warp_sum(combine(acc));
+      if (lane == 0) crow[j] = from_float<T>(sum);
     }
   } else if (b_cs == 1 && n % Pack<T>::N == 0 && (b_off | b_rs | b_bs) % Pack<T>::N == 0 &&
              reinterpret_cast<unsigned long long>(b) % 16 == 0) {

@@ -23,7 +23,8 @@ struct RepeatedBlock {
 std::optional<RepeatedBlock> find_repeated_block(const Graph& g, NodeId min_period = 8);
 
 // A standalone piece of the graph. Boundary inputs/outputs are Input/Output nodes that
-// stand for values crossing the cut.
+// stand for values crossing the cut. A graph Input is never a boundary value: every
+// segment that reads it holds a copy of it (original = the Input), and none exports it.
 struct Segment {
   Graph graph;
   // For each node of `graph`: the original node it copies (kNoNode for boundary Outputs).
