@@ -28,6 +28,7 @@ struct HostTensor {
   static HostTensor from(std::span<const T> values, DType dtype, std::vector<int64_t> shape = {});
   std::vector<float> to_f32() const;
   std::vector<double> to_f64() const;
+  void read_f64(size_t begin, size_t end, double* out) const;  // elements [begin, end) as doubles
   std::vector<int32_t> to_i32() const;
   std::vector<int64_t> to_i64() const;
   HostTensor cast(DType to) const;

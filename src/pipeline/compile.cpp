@@ -581,48 +581,70 @@ std::optional<std::string> compare_outputs(const HostTensor& got, const HostTens
   // The tensor's scale (mean magnitude of its finite values) joins each element's own: an
   // element that a reassociated sum cancels to near zero carries the rounding of the terms
   // it cancelled, not of its small result. A wrong value, sign, NaN or infinity still fails.
+  // The tensors are read in chunks of doubles (one dtype switch per chunk, not per element:
+  // the per-element reads cost ~15 ns each, seconds for a layer's outputs).
+  constexpr size_t kChunk = 4096;
+  std::vector<double> got_chunk(kChunk), want_chunk(kChunk);
+  auto each = [&](bool with_got, auto&& visit) {
+    for (size_t begin = 0; begin < want.numel(); begin += kChunk) {
+      const size_t end = std::min(want.numel(), begin + kChunk);
+      want.read_f64(begin, end, want_chunk.data());
+      if (with_got) got.read_f64(begin, end, got_chunk.data());
+      for (size_t k = begin; k < end; ++k)
+        if (!visit(k, with_got ? got_chunk[k - begin] : 0.0, want_chunk[k - begin])) return;
+    }
+  };
   double scale = 0, peak = 0, diff2 = 0, want2 = 0;
   size_t finite = 0;
-  for (size_t k = 0; k < want.numel(); ++k)
-    if (double b = want.get_f64(k); std::isfinite(b)) {
+  each(false, [&](size_t, double, double b) {
+    if (std::isfinite(b)) {
       scale += std::abs(b);
       peak = std::max(peak, std::abs(b));
       want2 += b * b;
       ++finite;
     }
+    return true;
+  });
   scale = finite ? scale / static_cast<double>(finite) : 0;
-  std::optional<std::string> first;
-  for (size_t k = 0; k < want.numel(); ++k) {
-    double a = got.get_f64(k), b = want.get_f64(k);
-    if ((std::isnan(a) && std::isnan(b)) || a == b) continue;
+  std::optional<std::string> first, fatal;
+  auto describe = [](size_t k, double a, double b) {
+    std::ostringstream os;
+    os << "element " << k << ": " << a << " instead of " << b;
+    return os.str();
+  };
+  each(true, [&](size_t k, double a, double b) {
+    if ((std::isnan(a) && std::isnan(b)) || a == b) return true;
     if (!std::isfinite(a) || !std::isfinite(b)) {  // NaN or infinity against anything else
-      std::ostringstream os;
-      os << "element " << k << ": " << a << " instead of " << b;
-      return os.str();
+      fatal = describe(k, a, b);
+      return false;
     }
     diff2 += (a - b) * (a - b);
     if (!first && std::abs(a - b) > rtol * (1 + std::abs(b) + scale)) {
-      std::ostringstream os;
-      os << "element " << k << ": " << a << " instead of " << b;
-      first = os.str();
-      if (!half) return first;
+      first = describe(k, a, b);
+      if (!half) {
+        fatal = first;
+        return false;
+      }
     }
-  }
+    return true;
+  });
+  if (fatal) return fatal;
   if (!first) return std::nullopt;
   // Half precision: a chain of BF16/F16 ops (a transformer layer) that rounds at other
   // points drifts per element by more than any fixed per-element bound, while a wrong
   // program (a wrong index, axis or operand) is wrong by the values' own size. So: the
   // relative L2 error over the tensor within the dtype's tolerance, and no element off by
   // more than a quarter of the tensor's largest magnitude.
-  for (size_t k = 0; k < want.numel(); ++k) {
-    double a = got.get_f64(k), b = want.get_f64(k);
+  each(true, [&](size_t k, double a, double b) {
     if (std::isfinite(a) && std::isfinite(b) && std::abs(a - b) > 0.25 * peak + rtol * std::abs(b)) {
       std::ostringstream os;
-      os << "element " << k << ": " << a << " instead of " << b << " (over a quarter of the largest magnitude, " << peak
-         << ")";
-      return os.str();
+      os << describe(k, a, b) << " (over a quarter of the largest magnitude, " << peak << ")";
+      fatal = os.str();
+      return false;
     }
-  }
+    return true;
+  });
+  if (fatal) return fatal;
   const double relative_l2 = std::sqrt(diff2 / std::max(want2, 1e-300));
   const double l2_tol = dt == DType::BF16 ? 2e-2 : 5e-3;
   if (relative_l2 <= l2_tol) return std::nullopt;

@@ -313,7 +313,7 @@ TEST(BackendContract, CompileIsDeterministicWithAnInjectedTimer) {
 TEST(CompareOutputs, HalfPrecisionDriftPassesAndWrongProgramsFail) {
   std::mt19937_64 rng(9);
   std::normal_distribution<double> normal(0.0, 2.0);
-  const size_t n = 1024;
+  const size_t n = 9000;  // the comparison reads chunks of 4096: a partial last one too
   for (DType dt : {DType::F32, DType::BF16, DType::F16}) {
     SCOPED_TRACE(dtype_name(dt));
     HostTensor want = HostTensor::zeros(dt, n);
@@ -339,9 +339,17 @@ TEST(CompareOutputs, HalfPrecisionDriftPassesAndWrongProgramsFail) {
     HostTensor spike = copy();
     spike.set_f64(100, want.get_f64(100) + 4.0);
     EXPECT_TRUE(compare_outputs(spike, want).has_value());
-    HostTensor nan = copy();
-    nan.set_f64(3, std::nan(""));
-    EXPECT_TRUE(compare_outputs(nan, want).has_value());
+    HostTensor last_spike = copy();
+    last_spike.set_f64(n - 1, want.get_f64(n - 1) + 4.0);
+    EXPECT_TRUE(compare_outputs(last_spike, want).has_value());
+    for (size_t at : {size_t{3}, size_t{5000}, n - 1}) {
+      HostTensor nan = copy();
+      nan.set_f64(at, std::nan(""));
+      EXPECT_TRUE(compare_outputs(nan, want).has_value()) << at;
+      HostTensor inf = copy();
+      inf.set_f64(at, INFINITY);
+      EXPECT_TRUE(compare_outputs(inf, want).has_value()) << at;
+    }
     // Every value 15% too large (a wrong scale): no element past a quarter of the peak, but
     // the L2 error gives it away in every dtype.
     HostTensor scaled = copy();
