@@ -183,12 +183,13 @@ def luminal_run(binary: Path, model_dir: Path, prompt: str, cache_dir: Path, sea
     prompt_tokens = nums(r"prompt tokens: (\d+)")
     # --verbose: the compile report's breakdown (search, verify, kernels...) on stderr.
     report = [l.strip() for l in res.stderr.splitlines() if re.match(r"\s*compile: [\d.]+ s ", l)]
+    split = re.findall(r"TPOT split: (.*)", out)
     if not ttft or not compile_ms:
         raise RuntimeError(f"luminal generate printed no TTFT/compile lines: {out[-1500:]}")
     return {"ttft_ms": ttft[-1], "ttft_first_ms": ttft[0], "tpot_ms": tpot[-1] if tpot else None,
             "compile_ms": compile_ms[0], "prompt_tokens": prompt_tokens[-1] if prompt_tokens else None,
             "generated": generated[-1] if generated else None, "wall_s": round(wall, 2),
-            "compile_report": report[0][:600] if report else None}
+            "compile_report": report[0][:600] if report else None, "tpot_split": split[-1] if split else None}
 
 
 class _Saved(dict):
@@ -397,7 +398,7 @@ def main():
     line("decode_tpot_ctx512", tpot, "ms", {"torch_eager": peers.get("tpot_eager"),
                                             "torch_compile_reduce_overhead": peers.get("tpot_compile")},
          fraction_of_floor=round(floor_ms / tpot, 4) if tpot else None, floor_ms=round(floor_ms, 3),
-         target="<= 1.15x floor and >= 1.3x faster than torch.compile")
+         tpot_split=warm.get("tpot_split"), target="<= 1.15x floor and >= 1.3x faster than torch.compile")
     line("ttft_prompt512", warm.get("ttft_ms"), "ms", {"torch_eager": peers.get("ttft_eager"),
                                                        "torch_compile": peers.get("ttft_compile")},
          prompt_tokens=warm.get("prompt_tokens"), ttft_first_prompt_ms=warm.get("ttft_first_ms"),

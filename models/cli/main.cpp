@@ -244,6 +244,12 @@ void run_generate(const GenerateCliOptions& o) {
           << r.stop_reason << ")\n";
     stats << "TTFT: " << r.ttft_seconds * 1e3 << " ms\n";
     stats << "TPOT: " << r.tpot_seconds * 1e3 << " ms\n";
+    if (o.verbose) {
+      stats.precision(3);
+      stats << "TPOT split: execute " << r.step_execute_seconds * 1e3 << " ms, read logits "
+            << r.step_read_seconds * 1e3 << " ms, sampling and printing " << r.step_other_seconds * 1e3 << " ms\n";
+      stats.precision(1);
+    }
     stats.precision(2);
     stats << "tokens/s: " << r.decode_tokens_per_second << "\n";
     stats.precision(1);

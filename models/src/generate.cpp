@@ -71,10 +71,16 @@ std::vector<float> Generator::forward(const std::vector<int32_t>& ids) {
   for (int32_t id : ids)
     LUMINAL_CHECK(id >= 0 && id < vocab, "forward: token id ", id, " outside the vocabulary [0, ", vocab, ")");
   // set_tensor, not set_data: the graph's dims hold the compiler's representative values.
+  using clock = std::chrono::steady_clock;
+  const auto t0 = clock::now();
   runtime_->set_tensor(model_.input_ids().id(), HostTensor::from<int32_t>(ids, DType::I32, {s}));
   runtime_->execute({{"p", position_}, {"s", s}});
   position_ += s;
-  return runtime_->get_f32(model_.logits());
+  const auto t1 = clock::now();
+  std::vector<float> logits = runtime_->get_f32(model_.logits());
+  execute_seconds_ += std::chrono::duration<double>(t1 - t0).count();
+  read_seconds_ += std::chrono::duration<double>(clock::now() - t1).count();
+  return logits;
 }
 
 GenerateResult Generator::generate(const std::vector<int32_t>& prompt, const GenerateOptions& o) {
@@ -96,6 +102,7 @@ GenerateResult Generator::generate(const std::vector<int32_t>& prompt, const Gen
   std::vector<float> logits = forward(prompt);
   r.prefill_seconds = std::chrono::duration<double>(clock::now() - start).count();
   clock::time_point first_token_at;
+  double execute_at_first = 0, read_at_first = 0;
   while (true) {
     // The last row holds the next-token distribution.
     std::vector<float> row(logits.end() - vocab, logits.end());
@@ -104,6 +111,8 @@ GenerateResult Generator::generate(const std::vector<int32_t>& prompt, const Gen
     r.tokens.push_back(tok);
     if (r.tokens.size() == 1) {
       first_token_at = clock::now();
+      execute_at_first = execute_seconds_;
+      read_at_first = read_seconds_;
       r.ttft_seconds = std::chrono::duration<double>(first_token_at - start).count();
     }
     bool go_on = !o.on_token || o.on_token(tok);
@@ -129,7 +138,11 @@ GenerateResult Generator::generate(const std::vector<int32_t>& prompt, const Gen
   r.total_seconds = std::chrono::duration<double>(end - start).count();
   if (r.tokens.size() > 1) {
     double decode = std::chrono::duration<double>(end - first_token_at).count();
-    r.tpot_seconds = decode / static_cast<double>(r.tokens.size() - 1);
+    const double steps = static_cast<double>(r.tokens.size() - 1);
+    r.tpot_seconds = decode / steps;
+    r.step_execute_seconds = (execute_seconds_ - execute_at_first) / steps;
+    r.step_read_seconds = (read_seconds_ - read_at_first) / steps;
+    r.step_other_seconds = r.tpot_seconds - r.step_execute_seconds - r.step_read_seconds;
     r.decode_tokens_per_second = decode > 0 ? static_cast<double>(r.tokens.size() - 1) / decode : 0;
   }
   return r;

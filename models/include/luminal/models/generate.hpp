@@ -55,6 +55,9 @@ struct GenerateResult {
   double tpot_seconds = 0;                // mean time per token after the first
   double decode_tokens_per_second = 0;    // tokens after the first / their time
   double total_seconds = 0;
+  // Where a decode step's time goes (means over the steps after the first token): running
+  // the model, reading its logits back, and the rest (sampling, the on_token callback).
+  double step_execute_seconds = 0, step_read_seconds = 0, step_other_seconds = 0;
   std::vector<std::vector<float>> logits; // with record_logits: one row per generated token
 };
 
@@ -90,6 +93,7 @@ class Generator {
   std::unique_ptr<Runtime> runtime_;
   int64_t position_ = 0;
   double load_seconds_ = 0;
+  double execute_seconds_ = 0, read_seconds_ = 0;  // summed over forward() calls
 };
 
 }  // namespace luminal::models
