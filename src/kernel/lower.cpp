@@ -766,6 +766,14 @@ int64_t longest_row_loop(const Phase& p, const Expression& cols) {
     if (s.kind == StmtKind::Reduce) longest = std::max(longest, s.index.as_constant().value_or(kBlockRowMin));
   return longest;
 }
+// The same loop as an expression: a run-time extent where there is one (it is the long
+// one), else the longest constant.
+Expression row_loop_extent(const Phase& p, const Expression& cols) {
+  if (!cols.is_constant()) return cols;
+  for (const Stmt& s : p.row_body)
+    if (s.kind == StmtKind::Reduce && !s.index.is_constant()) return s.index;
+  return Expression(longest_row_loop(p, cols));
+}
 
 // A loop variable divided by its own extent: `$r % E` is `$r` and `$r / E` is 0, since
 // 0 <= $r < E. Views flattened over a dynamic axis leave these in index arithmetic (the
@@ -992,6 +1000,7 @@ std::optional<Kernel> lower_unfolded(const Region& region) {
       k.geometry = Geometry::BlockPerRow;
       const int64_t longest = longest_row_loop(p, cols);
       k.block_x = longest >= 4096 ? 1024 : longest >= 2048 ? 512 : 256;
+      k.row_extent = row_loop_extent(p, cols);
       k.grid_x = rows;
     } else {
       k.geometry = Geometry::WarpPerRow;

@@ -1,6 +1,7 @@
 #include "luminal_cuda/cuda_runtime.hpp"
 
 #include <algorithm>
+#include <bit>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -331,7 +332,10 @@ struct OpProfile {
 // A value a resolution's launches were built from: an expression over the dims and what
 // it evaluated to; for a grid, the block count launched (see launch_blocks); for a size a
 // kernel reads from the dims buffer, only whether it is positive.
-enum class ProbeKind : uint8_t { Exact, Grid, Positive };
+// Exact: the same value; Grid: launch_blocks' headroom holds it; Positive: the same sign;
+// Band: the same power-of-two band (floor of log2, below 1 as 1).
+enum class ProbeKind : uint8_t { Exact, Grid, Positive, Band };
+int band_of(int64_t v) { return std::bit_width(static_cast<uint64_t>(std::max<int64_t>(v, 1))) - 1; }
 struct Probe {
   Expression expr;
   int64_t value = 0;
@@ -386,7 +390,7 @@ struct Resolved {
         if (!blocks_serve(pr.value, v)) return false;
         continue;
       }
-      const int64_t seen = pr.kind == ProbeKind::Positive ? v > 0 : v;
+      const int64_t seen = pr.kind == ProbeKind::Positive ? v > 0 : pr.kind == ProbeKind::Band ? band_of(v) : v;
       if (seen != pr.value) return false;
     }
     return true;
@@ -928,6 +932,23 @@ struct Resolver {
     r.probes.push_back({grid, launch_blocks(v), ProbeKind::Grid});
     return launch_blocks(v);
   }
+  int band(const Expression& e) {
+    const int b = band_of(e.eval(dims));
+    if (!e.is_constant()) r.probes.push_back({e, b, ProbeKind::Band});
+    return b;
+  }
+  // Threads for a block-per-row launch, from the bands of the row's length and of the row
+  // count: about four elements per thread (all their loads in flight at once), 32 to 1024,
+  // and fewer while the rows alone would fill the device twice over. A prefill's causal
+  // softmax (16384 rows of 512) took 128 us per layer in blocks of 256, nearly all of it
+  // the blocks' reductions; a decode step's (32 rows) wants the threads.
+  unsigned row_threads(const Expression& length, const Expression& rows) {
+    int64_t threads = std::clamp<int64_t>(int64_t{1} << std::max(band(length) - 2, 0), 32, 1024);
+    const int64_t resident = 2 * 2048 * static_cast<int64_t>(std::max(shared.context->info().sm_count, 1));
+    const int64_t row_count = int64_t{1} << band(rows);
+    while (threads > 32 && row_count * threads > resident) threads /= 2;
+    return static_cast<unsigned>(threads);
+  }
   bool positive(const Expression& e) {
     const bool v = e.eval(dims) > 0;
     if (!e.is_constant()) r.probes.push_back({e, v, ProbeKind::Positive});
@@ -974,7 +995,8 @@ struct Resolver {
     inputs.push_back(0);  // the dims pointer: filled once the dims buffer exists
     const size_t dims_arg = inputs.size() - 1;
     api::CUfunction fn = c->fn;
-    const unsigned block = static_cast<unsigned>(k.block_x);
+    const unsigned block = k.geometry == kernel::Geometry::BlockPerRow ? row_threads(k.row_extent, k.grid_x)
+                                                                       : static_cast<unsigned>(k.block_x);
     r.ops.push_back({[fn, grid, block, args = std::move(inputs), dims_arg, offset, this_r = &r](StreamHandle s) mutable {
                        args[dims_arg] = this_r->dims.ptr() + offset * sizeof(int64_t);
                        launch_kernel(fn, static_cast<unsigned>(grid), block, args, s);

@@ -220,6 +220,33 @@ TEST(CudaRuntime, FusedNormsAndSoftmax) {
     }, {{}}, /*specials=*/false);
 }
 
+namespace {
+bool fake_device() { return cuda::available().message.find("Fake") != std::string::npos; }
+}  // namespace
+
+// Block-per-row kernels (a reduction over a run-time length, or rows of 1024 or more)
+// launch from 32 to 1024 threads, chosen from the length's and the row count's bands at
+// run time: lengths in several bands (one shorter than a warp, one not a multiple of any
+// block), a static row of 4100 (1024 threads, a ragged tail), and, on a GPU, rows enough
+// to shrink the blocks; each dims set after the first starts another band.
+TEST(CudaRuntime, BlockPerRowLaunchesFollowTheRowLength) {
+  LUMINAL_REQUIRE_GPU();
+  std::vector<DimMap> dims = {{{"n", 20}, {"r", 3}}, {{"n", 70}, {"r", 2}}, {{"n", 1500}, {"r", 5}}};
+  if (!fake_device()) dims.push_back({{"n", 700}, {"r", 3000}});
+  for (DType dt : {DType::F32, DType::BF16})
+    check(std::string("block-per-row ") + std::string(dtype_name(dt)),
+          [dt](luminal::Graph& cx, std::vector<GraphTensor>& in) {
+            Expression n = Expression::var("n"), r = Expression::var("r");
+            auto x = cx.tensor({r, n}, dt);
+            auto wide = cx.tensor({r, 4100}, dt);
+            auto w = cx.tensor({4100}, dt);
+            in = {x, wide, w};
+            return std::vector<GraphTensor>{(x * 0.7).softmax(1), x.sum({1}), wide.rms_norm(1, w, 1e-5),
+                                            wide.softmax(1)};
+          },
+          dims, /*specials=*/false, 1e-4, CompileOptions().search_graph_limit(4).trials(1), /*half_tol=*/2e-2);
+}
+
 TEST(CudaRuntime, MatmulLayouts) {
   LUMINAL_REQUIRE_GPU();
   for (DType dt : {DType::F32, DType::BF16})
@@ -403,7 +430,6 @@ TEST(CudaRuntime, GraphsReplayAcrossRunsAndDimsChanges) {
 }
 
 namespace {
-bool fake_device() { return cuda::available().message.find("Fake") != std::string::npos; }
 
 // y = x * w - 1.5 (odd width, a grid that grows with n) and its column sums over the
 // symbolic axis (a fixed grid, a loop as long as n read from the dims buffer).

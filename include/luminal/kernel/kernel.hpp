@@ -152,6 +152,11 @@ struct Kernel {
   // CUDA launch: grid_x blocks of block_x threads (one dim), dims passed at launch.
   Expression grid_x = 1;
   int block_x = 256;
+  // BlockPerRow: the longest loop a row's threads share (its columns, or a top-level
+  // reduction's extent, which may follow the dims: attention over p + s keys). A runtime
+  // may launch another block size from its value (the kernel reads blockDim); block_x is
+  // the size for the dims the kernel was lowered at.
+  Expression row_extent = 1;
   // C++, elementwise: the rows run as (extent / row_block) blocks of row_block (the output's
   // static last dim), `$row` = block * row_block + i, so a read broadcast over the leading
   // dims (a bias at `$row % 1024`) is contiguous in i instead of a gather; 0: one loop.
