@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <map>
 #include <random>
 
 #include "luminal/luminal.hpp"
@@ -110,4 +111,82 @@ TEST(Stitching, StitchedIdentityProgramsMatchTheUnsegmentedGraph) {
   direct.execute(dims);
   expect_equal(stitched.get_f32(s.out), direct.get_f32(s.out), "sum");
   expect_equal(stitched.get_f32(s.probs), direct.get_f32(s.probs), "softmax");
+}
+
+// A layer's weights made before the layer's first node (here: in the middle of the layer
+// before it), so that they fall in an earlier segment's range. No segment may export a
+// graph input (an 8B model's layer exported its MLP weights, 350 MB read back per
+// verification); each segment reading one holds it as an Input, the stitched program holds
+// it once, and the values match the unsegmented graph.
+TEST(Stitching, GraphInputsAreReadWhereUsedNotExported) {
+  Graph cx;
+  const int width = 5, layers = 4;
+  auto x = cx.named_tensor("x", {Expression::var("batch"), width});
+  std::vector<GraphTensor> inputs{x};
+  auto weights = [&](int l) {
+    auto w = cx.named_tensor("layers." + std::to_string(l) + ".w", {width, width}).persist();
+    auto b = cx.named_tensor("layers." + std::to_string(l) + ".b", {width}).persist();
+    inputs.insert(inputs.end(), {w, b});
+    return std::pair{w, b};
+  };
+  auto wb = weights(0);
+  GraphTensor h = x;
+  for (int l = 0; l < layers; ++l) {
+    auto y = h.linear(wb.first, wb.second).relu();
+    if (l + 1 < layers) wb = weights(l + 1);  // the next layer's weights, made inside this one
+    h = h + y * 0.5;
+  }
+  auto out = h.sum({1}).output();
+  auto block = search::find_repeated_block(cx);
+  ASSERT_TRUE(block.has_value());
+  int segments = 0, exported_inputs = 0, segments_reading_inputs_from_before = 0;
+  auto identity = [&](const Graph& seg) {
+    ++segments;
+    bool reads_early_input = false;
+    for (NodeId i = 0; i < seg.size(); ++i) {
+      const Node& n = seg.node(i);
+      if (n.op == OpKind::Output && seg.node(n.inputs[0].node).op == OpKind::Input) ++exported_inputs;
+      if (n.op == OpKind::Input && n.label.rfind("layers.", 0) == 0 && n.persist) reads_early_input = true;
+    }
+    segments_reading_inputs_from_before += reads_early_input;
+    search::SegmentProgram p{seg, {}};
+    for (NodeId i = 0; i < seg.size(); ++i) p.io_of.push_back(i);
+    return p;
+  };
+  auto [program, external] = search::compile_by_segments(cx, identity, block);
+  EXPECT_GE(segments, 3);
+  EXPECT_EQ(exported_inputs, 0);
+  EXPECT_GE(segments_reading_inputs_from_before, 2);
+  // Each graph input appears once in the stitched program.
+  std::map<NodeId, int> copies;
+  for (NodeId i = 0; i < program.size(); ++i)
+    if (program.node(i).op == OpKind::Input) ++copies[external[i]];
+  for (const auto& [original, count] : copies) EXPECT_EQ(count, 1) << "input " << original;
+  EXPECT_EQ(copies.size(), inputs.size());
+  ReferenceRuntime stitched;
+  stitched.load(program, external);
+  auto direct = load_direct(cx);
+  DimMap dims = {{"batch", 3}};
+  std::mt19937 rng(7);
+  for (const auto& t : inputs) {
+    auto v = values(static_cast<size_t>(t.numel().eval(dims)), rng);
+    stitched.set_data(t, v);
+    direct.set_data(t, v);
+  }
+  stitched.execute(dims);
+  direct.execute(dims);
+  expect_equal(stitched.get_f32(out), direct.get_f32(out), "sum");
+  // And through a real compile (search, verification) on the reference runtime.
+  cx.set_dim("batch", 3);
+  CompileReport report;
+  auto compiled = cx.compile(ReferenceRuntime{}, CompileOptions().trials(1).search_graph_limit(4).report(&report));
+  EXPECT_GT(report.block_copies, 1) << report.to_string();
+  for (const auto& t : inputs) {
+    auto v = values(static_cast<size_t>(t.numel().eval(dims)), rng);
+    compiled.set_data(t, v);
+    direct.set_data(t, v);
+  }
+  compiled.execute(dims);
+  direct.execute(dims);
+  expect_equal(compiled.get_f32(out), direct.get_f32(out), "compiled sum");
 }
