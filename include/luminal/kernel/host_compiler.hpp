@@ -45,8 +45,11 @@ struct HostCompilerOptions {
   // division helpers of index arithmetic, which left attention's causally masked softmax
   // scalar (1.0 ms instead of 0.32 ms for (4, 4, 128, 128) on one core; no change measured
   // on softmax, norms or GELU).
+  // -mprefer-vector-width=512: GCC's -march=native picks 256-bit vectors on many AVX-512
+  // CPUs (this machine: rocketlake); with 512 the exact GELU went 0.064 -> 0.048 ms and
+  // softmax 0.082 -> 0.066 ms on (64, 4096). No effect where the CPU lacks AVX-512.
   std::vector<std::string> flags = {"-O3", "-march=native", "-fPIC", "-shared", "-std=c++17", "-ffp-contract=off",
-                                    "-fno-math-errno", "-fno-trapping-math", "-fno-unswitch-loops", "-fopenmp-simd",
+                                    "-fno-math-errno", "-fno-trapping-math", "-fno-unswitch-loops", "-fopenmp-simd", "-mprefer-vector-width=512",
                                     "-w"};
   std::filesystem::path cache_dir;  // empty: $LUMINAL_CACHE_DIR or ~/.cache/luminal/kernels
 };
