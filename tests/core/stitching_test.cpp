@@ -163,30 +163,26 @@ TEST(Stitching, GraphInputsAreReadWhereUsedNotExported) {
     if (program.node(i).op == OpKind::Input) ++copies[external[i]];
   for (const auto& [original, count] : copies) EXPECT_EQ(count, 1) << "input " << original;
   EXPECT_EQ(copies.size(), inputs.size());
+  auto direct = load_direct(cx);
+  const DimMap dims = {{"batch", 3}};
+  std::mt19937 rng(7);
+  auto against_direct = [&](Runtime& rt, const char* what) {  // same fresh values in both
+    for (const auto& t : inputs) {
+      auto v = values(static_cast<size_t>(t.numel().eval(dims)), rng);
+      rt.set_data(t, v);
+      direct.set_data(t, v);
+    }
+    rt.execute(dims);
+    direct.execute(dims);
+    expect_equal(rt.get_f32(out), direct.get_f32(out), what);
+  };
   ReferenceRuntime stitched;
   stitched.load(program, external);
-  auto direct = load_direct(cx);
-  DimMap dims = {{"batch", 3}};
-  std::mt19937 rng(7);
-  for (const auto& t : inputs) {
-    auto v = values(static_cast<size_t>(t.numel().eval(dims)), rng);
-    stitched.set_data(t, v);
-    direct.set_data(t, v);
-  }
-  stitched.execute(dims);
-  direct.execute(dims);
-  expect_equal(stitched.get_f32(out), direct.get_f32(out), "sum");
+  against_direct(stitched, "sum");
   // And through a real compile (search, verification) on the reference runtime.
   cx.set_dim("batch", 3);
   CompileReport report;
   auto compiled = cx.compile(ReferenceRuntime{}, CompileOptions().trials(1).search_graph_limit(4).report(&report));
   EXPECT_GT(report.block_copies, 1) << report.to_string();
-  for (const auto& t : inputs) {
-    auto v = values(static_cast<size_t>(t.numel().eval(dims)), rng);
-    compiled.set_data(t, v);
-    direct.set_data(t, v);
-  }
-  compiled.execute(dims);
-  direct.execute(dims);
-  expect_equal(compiled.get_f32(out), direct.get_f32(out), "compiled sum");
+  against_direct(compiled, "compiled sum");
 }
