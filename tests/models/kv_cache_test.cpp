@@ -185,6 +185,38 @@ TEST(Generate, StopTokensCallbackAndSampling) {
   EXPECT_GT(s1.decode_tokens_per_second, 0);
 }
 
+// Greedy's argmax against a plain scan with torch.argmax's rules (the first maximum; a NaN
+// is the maximum, the first NaN wins; -0 equals +0), over lengths around its 16 lanes and a
+// vocabulary-sized row, with the maximum in every lane position and in the tail.
+TEST(Sampling, GreedyIsTheFirstMaximumAsTorchArgmax) {
+  auto expected = [](const std::vector<float>& v) {
+    for (size_t i = 0; i < v.size(); ++i)
+      if (std::isnan(v[i])) return static_cast<int32_t>(i);
+    size_t best = 0;
+    for (size_t i = 1; i < v.size(); ++i)
+      if (v[i] > v[best]) best = i;
+    return static_cast<int32_t>(best);
+  };
+  std::mt19937 rng(3);
+  std::normal_distribution<float> normal(0.f, 4.f);
+  for (size_t n : {size_t{1}, size_t{5}, size_t{16}, size_t{17}, size_t{33}, size_t{128256}}) {
+    std::vector<float> v(n);
+    for (auto& x : v) x = normal(rng);
+    EXPECT_EQ(greedy_token(v), expected(v)) << n;
+    for (size_t at : {size_t{0}, n / 2, n - 1}) {
+      auto w = v;
+      w[at] = 1e30f;  // the maximum here, and a tie after it for the first to win
+      if (at + 3 < n) w[at + 3] = 1e30f;
+      EXPECT_EQ(greedy_token(w), static_cast<int32_t>(at)) << n << " at " << at;
+      w[n - 1 - at / 2] = NAN;
+      EXPECT_EQ(greedy_token(w), expected(w)) << n << " NaN at " << n - 1 - at / 2;
+    }
+  }
+  EXPECT_EQ(greedy_token(std::vector<float>{-0.f, 0.f, -1.f}), 0);
+  EXPECT_EQ(greedy_token(std::vector<float>{-INFINITY, -INFINITY}), 0);
+  EXPECT_EQ(greedy_token(std::vector<float>{-INFINITY, 2.f, INFINITY, INFINITY}), 2);
+}
+
 TEST(Sampling, GreedyTopKTopP) {
   std::mt19937_64 rng(0);
   std::vector<float> logits = {0.f, 3.f, 1.f, 3.f, -2.f};

@@ -13,6 +13,7 @@
 #include <optional>
 #include <random>
 #include <string>
+#include <span>
 #include <vector>
 
 #include "luminal/compile.hpp"
@@ -33,6 +34,8 @@ struct SamplingOptions {
 
 // Pick the next token from one row of logits. `rng` is used only when sampling.
 int32_t sample_token(const std::vector<float>& logits, const SamplingOptions& options, std::mt19937_64& rng);
+// Greedy decoding's choice: the first maximum, a NaN counting as the maximum (torch.argmax).
+int32_t greedy_token(std::span<const float> logits);
 
 struct GenerateOptions {
   int64_t max_new_tokens = 48;
