@@ -45,6 +45,16 @@ struct PhaseTimer {
   ~PhaseTimer() { to += since(from); }
 };
 
+// verbose: names an output whose comparison took over 50 ms (what `read and compare` and
+// verification spend is otherwise invisible: an 8B layer once exported its weights).
+void note_slow_comparison(bool verbose, const char* what, NodeId id, const HostTensor& t,
+                          clock_type::time_point started) {
+  const double seconds = since(started);
+  if (verbose && seconds > 0.05)
+    std::fprintf(stderr, "\n  %s output %u (%s, %zu elements): compared in %.2f s", what, static_cast<unsigned>(id),
+                 std::string(dtype_name(t.dtype)).c_str(), t.numel(), seconds);
+}
+
 using BucketRanges = std::map<std::string, std::pair<int64_t, int64_t>>;
 
 // Every combination of buckets, as (ranges, representative dims, upper dims).
@@ -318,10 +328,7 @@ class SegmentProfiler {
                 trace(e);
                 return e;
               }
-              if (o_.verbose_ && since(started) > 0.05)
-                std::fprintf(stderr, "\n  candidate output %u (%s, %zu elements): compared in %.2f s",
-                             static_cast<unsigned>(id), std::string(dtype_name(t.dtype)).c_str(), t.numel(),
-                             since(started));
+              note_slow_comparison(o_.verbose_, "candidate", id, t, started);
             }
       }
       e.seconds = r.seconds;
@@ -453,9 +460,7 @@ std::optional<std::string> verify_choice(const SaturatedSegment& seg, const Runt
         } else if (auto why = compare_outputs(t, w, precision)) {
           return "output " + std::to_string(id) + ", " + *why;
         }
-        if (verbose && since(started) > 0.05)
-          std::fprintf(stderr, "\n  verify, output %u (%s, %zu elements): compared in %.2f s", static_cast<unsigned>(id),
-                       std::string(dtype_name(t.dtype)).c_str(), t.numel(), since(started));
+        note_slow_comparison(verbose, "verify,", id, t, started);
       }
   }
   return std::nullopt;
