@@ -15,14 +15,15 @@ constexpr int kGemvWarps = 8;
 template <class T, class TW, int MMAX, int RPW, int ACT, int UNROLL>
 __device__ __forceinline__ void gemv(const T* __restrict__ x, const TW* __restrict__ w,
                                      const T* __restrict__ bias, const T* __restrict__ residual,
-                                     T* __restrict__ y, int M, int N, int K, int ksplit, int vectorized) {
+                                     T* __restrict__ y, int M, int N, int K, int ksplit, int vectorized,
+                                     long long block) {
   __shared__ float partial[kGemvWarps][MMAX * RPW];
   const int warp = threadIdx.x >> 5;
   const int lane = threadIdx.x & 31;
   const int groups = kGemvWarps / ksplit;
   const int group = warp / ksplit;
   const int slice = warp % ksplit;
-  const long long n0 = ((long long)blockIdx.x * groups + group) * RPW;
+  const long long n0 = (block * groups + group) * RPW;
 
   float acc[MMAX][RPW];
 #pragma unroll
@@ -122,5 +123,29 @@ __device__ __forceinline__ void gemv(const T* __restrict__ x, const TW* __restri
       NAME(const T* x, const TW* w, const T* bias, const T* residual, T* y, int M, int N, int K,       \
            int ksplit, int vectorized) {                                                              \
     LK_GRID_ENTER();                                                                                   \
-    lk::gemv<T, TW, MMAX, RPW, ACT, UNROLL>(x, w, bias, residual, y, M, N, K, ksplit, vectorized);    \
+    lk::gemv<T, TW, MMAX, RPW, ACT, UNROLL>(x, w, bias, residual, y, M, N, K, ksplit, vectorized, blockIdx.x); \
+  }
+
+// Up to four GEMVs over the same x in one launch (launch_gemv_group): problem p takes the
+// next ceil(n_p / rows per block) blocks; n_p = 0 marks an unused slot. No bias, residual
+// or activation: siblings whose results go their own ways.
+#define LUMINAL_GEMV_GROUP_ENTRY(NAME, T, TW, MMAX, RPW, UNROLL)                                         \
+  extern "C" __global__ void __launch_bounds__(lk::kGemvWarps * 32)                                   \
+      NAME(const T* x, const TW* w0, const TW* w1, const TW* w2, const TW* w3, T* y0, T* y1, T* y2, T* y3, \
+           int n0, int n1, int n2, int n3, int M, int K, int ksplit, int vectorized) {                 \
+    LK_GRID_ENTER();                                                                                   \
+    const int rows_per_block = (lk::kGemvWarps / ksplit) * RPW;                                        \
+    const TW* w[4] = {w0, w1, w2, w3};                                                                 \
+    T* y[4] = {y0, y1, y2, y3};                                                                        \
+    const int n[4] = {n0, n1, n2, n3};                                                                 \
+    long long block = blockIdx.x;                                                                      \
+    for (int p = 0; p < 4; ++p) {                                                                      \
+      const long long blocks = (n[p] + rows_per_block - 1) / rows_per_block;                           \
+      if (block < blocks) {                                                                            \
+        lk::gemv<T, TW, MMAX, RPW, 0, UNROLL>(x, w[p], nullptr, nullptr, y[p], M, n[p], K, ksplit,      \
+                                              vectorized, block);                                      \
+        return;                                                                                        \
+      }                                                                                                \
+      block -= blocks;                                                                                 \
+    }                                                                                                  \
   }

@@ -85,6 +85,7 @@ KernelSource region_kernel_source(const std::string& region, const std::string& 
 }
 
 namespace {
+using kernel::GemmOperand;
 bool is_matmul(const Node& n) {
   return n.op == OpKind::BackendOp && (n.backend->name == "CudaGemv" || n.backend->name == "CudaCublasLt");
 }
@@ -94,6 +95,74 @@ std::optional<DType> widened_weight(const Node& matmul, int operand, DType opera
   if (operand == 1 && matmul.dtype == DType::F32 && is_half_float(operand_dtype))
     return DType::F32;
   return std::nullopt;
+}
+
+// GEMVs that read the same x (an attention block's q, k and v projections; an MLP's gate
+// and up) can run as one launch (launch_gemv_group): one kernel streams all their weights,
+// so the narrow ones (k and v, 1024 outputs) stop paying a launch and a short grid's tail
+// each. That needs them adjacent in the program, so that no step runs between them and the
+// memory planner (lifetimes are step ranges) never lets one's output reuse bytes another
+// step between them reads or writes. This moves each such sibling (and the Inputs it reads,
+// which depend on nothing) up to just after the first; every other node keeps its order.
+// Siblings read the same x the same way: one node, and one A operand (the views differ in
+// the broadcast n axis, which is each one's own width).
+bool gemv_siblings(const Node& a, const Node& b) {
+  if (a.op != OpKind::BackendOp || b.op != OpKind::BackendOp || a.backend->name != "CudaGemv" ||
+      b.backend->name != "CudaGemv" || a.dtype != b.dtype || a.inputs.size() != 2 || b.inputs.size() != 2 ||
+      a.inputs[0].node != b.inputs[0].node)
+    return false;
+  const auto la = cuda_gemm_layout(a.inputs[0].view, a.inputs[1].view);
+  const auto lb = cuda_gemm_layout(b.inputs[0].view, b.inputs[1].view);
+  if (!la || !lb) return false;
+  const GemmOperand &xa = la->a, &xb = lb->a;
+  return la->m == lb->m && la->k == lb->k && la->batch == lb->batch && la->outer.empty() && lb->outer.empty() &&
+         !xa.copy && !xb.copy && xa.offset == xb.offset && xa.row == xb.row && xa.col == xb.col &&
+         xa.batch == xb.batch;
+}
+void adjoin_sibling_gemvs(kernel::RunnableProgram& r) {
+  const luminal::Graph& g = r.graph;
+  const size_t n = g.size();
+  std::vector<NodeId> order;
+  order.reserve(n);
+  std::vector<char> placed(n, 0);
+  auto place = [&](NodeId i) {
+    placed[i] = 1;
+    order.push_back(i);
+  };
+  bool moved = false;
+  for (NodeId i = 0; i < n; ++i) {
+    if (placed[i]) continue;
+    place(i);
+    const Node& a = g.node(i);
+    if (a.op != OpKind::BackendOp || a.backend->name != "CudaGemv") continue;
+    for (NodeId j = i + 1; j < n; ++j) {
+      const Node& b = g.node(j);
+      if (placed[j] || !gemv_siblings(a, b)) continue;
+      bool ready = true;
+      for (const auto& in : b.inputs) ready = ready && (placed[in.node] || g.node(in.node).op == OpKind::Input);
+      if (!ready) continue;
+      for (const auto& in : b.inputs)
+        if (!placed[in.node]) place(in.node);
+      place(j);
+      moved = true;
+    }
+  }
+  if (!moved) return;
+  std::vector<NodeId> new_id(n, kNoNode);
+  for (size_t k = 0; k < n; ++k) new_id[order[k]] = static_cast<NodeId>(k);
+  luminal::Graph out;
+  std::vector<NodeId> external_ids(n, kNoNode);
+  for (NodeId old : order) {
+    Node copy = g.node(old);
+    for (auto& in : copy.inputs) in.node = new_id[in.node];
+    if (copy.updates != kNoNode) copy.updates = new_id[copy.updates];
+    const NodeId id = out.add_node(std::move(copy));
+    LUMINAL_ASSERT(id == new_id[old], "cuda: reordering sibling GEMVs renumbered node ", old);
+    external_ids[id] = r.external_ids[old];
+  }
+  for (auto& [external, node] : r.program_of) node = new_id[node];
+  r.graph = std::move(out);
+  r.external_ids = std::move(external_ids);
 }
 }  // namespace
 
@@ -264,6 +333,8 @@ using Compiled = CudaRuntime::Shared::Compiled;
 
 // Arena offsets are multiples of this (cuBLASLt's default pointer alignment).
 constexpr int64_t kAlignment = 256;
+// get_tensor reads up to this many bytes through a page-locked staging buffer.
+constexpr size_t kPinnedStagingLimit = size_t(64) << 20;
 
 enum class StepKind { Kernel, Gemv, CublasLt, Custom };
 struct Step {
@@ -584,6 +655,8 @@ struct CudaRuntime::State {
   bool graph_updates = graph_updates_from_env();
   int captured = 0, replays = 0, updated = 0, eager_runs = 0;
   int resolutions = 0, reused = 0;  // runs resolved anew; runs of new dims that reused a resolution
+  int gemvs_grouped = 0;  // GEMV steps that joined the launch of the one before
+  PinnedBuffer staging;   // get_tensor's page-locked buffer for reads up to kPinnedStagingLimit
   // Host time per run phase (LUMINAL_CUDA_HOST_TIMES=1 prints it when the runtime goes away).
   enum Phase { kPrepare, kResolve, kGraph, kLaunch, kWait, kPhases };
   double host_ms[kPhases] = {};
@@ -669,6 +742,7 @@ int CudaRuntime::graphs_updated() const { return state_->updated; }
 int CudaRuntime::eager_runs() const { return state_->eager_runs; }
 int CudaRuntime::resolutions() const { return state_->resolutions; }
 int CudaRuntime::resolutions_reused() const { return state_->reused; }
+int CudaRuntime::gemvs_grouped() const { return state_->gemvs_grouped; }
 void CudaRuntime::set_graph_updates_enabled(bool enabled) { state_->graph_updates = enabled; }
 bool CudaRuntime::graph_updates_enabled() const { return state_->graph_updates; }
 int CudaRuntime::kernels_compiled() const { return state_->shared->modules->stats().compiled; }
@@ -749,6 +823,7 @@ void CudaRuntime::load_program(size_t slot, const luminal::Graph& program, std::
   if (s.slots.size() <= slot) s.slots.resize(slot + 1);
   ProgramPlan p;
   kernel::RunnableProgram runnable = kernel::runnable_program(program, external_ids);
+  adjoin_sibling_gemvs(runnable);
   p.graph = std::move(runnable.graph);
   p.external_ids = std::move(runnable.external_ids);
   p.dim_names = std::move(runnable.dim_names);
@@ -898,9 +973,17 @@ HostTensor CudaRuntime::get_tensor(NodeId node) const {
   const DeviceTensor& t = it->second;
   s.shared->context->make_current();
   HostTensor h = HostTensor::zeros(t.dtype, t.numel, t.shape);
-  if (!h.bytes.empty()) {
-    LUMINAL_CU(cuMemcpyDtoHAsync, h.bytes.data(), t.ptr(), h.bytes.size(), s.stream());
+  const size_t bytes = h.bytes.size();
+  // Results up to kPinnedStagingLimit (a decode step's logits) come through a page-locked
+  // buffer kept for the next read: a pageable copy of 128256 BF16 logits took ~0.3 ms.
+  if (bytes > 0 && bytes <= kPinnedStagingLimit) {
+    if (s.staging.bytes() < bytes) s.staging = PinnedBuffer(std::max<size_t>(bytes, 1 << 20));
+    LUMINAL_CU(cuMemcpyDtoHAsync, s.staging.data(), t.ptr(), bytes, s.stream());
+    LUMINAL_CU(cuStreamSynchronize, s.stream());
+    std::memcpy(h.bytes.data(), s.staging.data(), bytes);
+    return h;
   }
+  if (bytes > 0) LUMINAL_CU(cuMemcpyDtoHAsync, h.bytes.data(), t.ptr(), bytes, s.stream());
   LUMINAL_CU(cuStreamSynchronize, s.stream());
   return h;
 }
@@ -1266,10 +1349,15 @@ void CudaRuntime::run(size_t slot, const DimMap& dims) {
                      false});
     // Matmul operand copies go to scratch buffers allocated after resolving (their size
     // is the largest step's); ops read the pointers at enqueue time through `r`.
+    // The GEMV launch the next step may join (adjoin_sibling_gemvs put siblings in a row):
+    // the launch is enqueued after resolving, so it reads the group as complete.
+    std::shared_ptr<GemvGroupArgs> open_group;
+    size_t open_group_op = 0;
     for (size_t si = 0; si < p.steps.size(); ++si) {
       const Step& step = p.steps[si];
       const Node& n = g.node(step.node);
       const std::string what = n.op == OpKind::BackendOp ? n.backend->name : std::string(op_name(n.op));
+      if (step.kind != StepKind::Gemv) open_group.reset();
       // Constants were computed at load; an Output its producer wrote needs no copy.
       if (p.constant_offset[step.node] >= 0 || output_aliased[step.node]) continue;
       const size_t first_op = r.ops.size();
@@ -1284,6 +1372,7 @@ void CudaRuntime::run(size_t slot, const DimMap& dims) {
         case StepKind::CublasLt: {
           const GemmLayout& l = *step.gemm;
           if (runs_as_small_matmul(step, l, n.dtype, dims)) {
+            open_group.reset();
             // Its sizes go to the dims buffer; the resolution holds while they stay positive.
             rs.eval(l.m);
             rs.positive(l.n);
@@ -1323,6 +1412,7 @@ void CudaRuntime::run(size_t slot, const DimMap& dims) {
           } op[2];
           const GemmOperand* go[] = {&l.a, &l.b};
           const bool gemv = step.kind == StepKind::Gemv && batch == 1 && m <= kGemvMaxRows;
+          if (!gemv) open_group.reset();
           for (int o = 0; o < 2; ++o) {
             Operand& x = op[o];
             x.rows = o == 0 ? m : k;
@@ -1393,13 +1483,58 @@ void CudaRuntime::run(size_t slot, const DimMap& dims) {
             a.K = static_cast<int>(k);
             LUMINAL_CHECK(nn <= std::numeric_limits<int32_t>::max() && k <= std::numeric_limits<int32_t>::max(),
                           "cuda: GEMV sizes above 2^31");
-            // Load the variant now, outside any stream capture.
-            const GemvConfig cfg = choose_gemv_config(a.M, a.N, a.K, sm_count);
             int cap = 1;
             while (cap < a.M) cap *= 2;
+            ModuleCache* cache = s.shared->modules.get();
+            // Read in place with 16-byte loads (no operand copy): it may share a launch with
+            // the GEMV just before it when both read the same x.
+            const int vector = 16 / static_cast<int>(dtype_bytes(a.weight_dtype.value_or(dt)));
+            const bool groupable = op[0].scratch < 0 && op[1].scratch < 0 && a.K % vector == 0 &&
+                                   op[0].base % 16 == 0 && op[1].base % 16 == 0;
+            if (!groupable) open_group.reset();
+            GemvGroupArgs* joined = nullptr;
+            if (groupable && open_group && open_group->count < kGemvGroupMax && open_group->x == op[0].base &&
+                open_group->M == a.M && open_group->K == a.K && open_group->dtype == dt &&
+                open_group->weight_dtype == a.weight_dtype) {
+              joined = open_group.get();
+              joined->w[joined->count] = op[1].base;
+              joined->y[joined->count] = out;
+              joined->N[joined->count] = a.N;
+              ++joined->count;
+              const GemvConfig cfg = gemv_group_config(*joined, sm_count);  // loaded now, outside any capture
+              s.shared->modules->function(gemv_group_source(dt, cap, cfg.rows_per_warp, cfg.unroll, a.weight_dtype),
+                                          kGemvGroupKernelName);
+              if (s.profiling) r.ops[open_group_op].label += " + " + what;
+              ++s.gemvs_grouped;
+              break;
+            }
+            // Load the variant now, outside any stream capture.
+            const GemvConfig cfg = choose_gemv_config(a.M, a.N, a.K, sm_count);
             s.shared->modules->function(
                 gemv_source(dt, cap, cfg.rows_per_warp, Activation::None, cfg.unroll, a.weight_dtype), kGemvKernelName);
-            ModuleCache* cache = s.shared->modules.get();
+            if (groupable) {
+              open_group = std::make_shared<GemvGroupArgs>();
+              GemvGroupArgs& gr = *open_group;
+              gr.dtype = dt;
+              gr.weight_dtype = a.weight_dtype;
+              gr.M = a.M;
+              gr.K = a.K;
+              gr.x = op[0].base;
+              gr.w[0] = op[1].base;
+              gr.y[0] = out;
+              gr.N[0] = a.N;
+              gr.count = 1;
+              open_group_op = r.ops.size();
+              r.ops.push_back({[group = open_group, a, cache, sm_count](StreamHandle st) mutable {
+                                 if (group->count > 1) return launch_gemv_group(*cache, *group, st, sm_count);
+                                 a.x = group->x;
+                                 a.w = group->w[0];
+                                 a.y = group->y[0];
+                                 launch_gemv(*cache, a, st, sm_count);
+                               },
+                               false});
+              break;
+            }
             r.ops.push_back({[a, op0 = op[0], op1 = op[1], out, operand_ptr, cache, sm_count](StreamHandle st) mutable {
                                a.x = operand_ptr(op0);
                                a.w = operand_ptr(op1);

@@ -100,6 +100,23 @@ Stream::~Stream() {
 }
 void Stream::synchronize() const { LUMINAL_CU(cuStreamSynchronize, stream_); }
 
+PinnedBuffer::PinnedBuffer(size_t bytes) : bytes_(bytes) {
+  if (bytes > 0) LUMINAL_CU(cuMemAllocHost, &data_, bytes);
+}
+PinnedBuffer::~PinnedBuffer() {
+  if (data_) api::driver_table().cuMemFreeHost(data_);
+}
+PinnedBuffer::PinnedBuffer(PinnedBuffer&& other) noexcept
+    : data_(std::exchange(other.data_, nullptr)), bytes_(std::exchange(other.bytes_, 0)) {}
+PinnedBuffer& PinnedBuffer::operator=(PinnedBuffer&& other) noexcept {
+  if (this != &other) {
+    if (data_) api::driver_table().cuMemFreeHost(data_);
+    data_ = std::exchange(other.data_, nullptr);
+    bytes_ = std::exchange(other.bytes_, 0);
+  }
+  return *this;
+}
+
 DeviceBuffer::DeviceBuffer(size_t bytes) : bytes_(bytes) {
   // A zero-byte buffer is legal and has a null pointer.
   if (bytes > 0) LUMINAL_CU(cuMemAlloc, &ptr_, bytes);

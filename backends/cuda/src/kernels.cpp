@@ -4,6 +4,7 @@
 #include <cctype>
 #include <cmath>
 #include <initializer_list>
+#include <limits>
 #include <optional>
 
 #include "embedded_kernels.hpp"
@@ -142,6 +143,54 @@ void launch_gemv(ModuleCache& cache, const GemvArgs& a, StreamHandle stream, int
   int M = a.M, N = a.N, K = a.K, ksplit = config.ksplit;
   void* params[] = {&x, &w, &bias, &residual, &y, &M, &N, &K, &ksplit, &vectorized};
   launch(fn, blocks, 1, 256, 0, stream, params);
+}
+
+KernelSource gemv_group_source(DType dtype, int m_max, int rows_per_warp, int unroll,
+                               std::optional<DType> weight_dtype) {
+  gemv_source(dtype, m_max, rows_per_warp, Activation::None, unroll, weight_dtype);  // checks the parameters
+  const DType wdt = gemv_weight_dtype(dtype, weight_dtype);
+  const std::string entry =
+      detail::concat("LUMINAL_GEMV_GROUP_ENTRY(", kGemvGroupKernelName, ", ", kernel_type_name(dtype), ", ",
+                     kernel_type_name(wdt), ", ", m_max, ", ", rows_per_warp, ", ", unroll, ")");
+  const std::string types =
+      wdt == dtype ? lower(dtype_name(dtype)) : lower(dtype_name(dtype)) + "_w" + lower(dtype_name(wdt));
+  return assemble(detail::concat("gemv_group_", types, "_m", m_max, "_r", rows_per_warp, "_u", unroll),
+                  embedded::kGemvCu, entry);
+}
+
+GemvConfig gemv_group_config(const GemvGroupArgs& a, int sm_count) {
+  int total = 0;
+  for (int p = 0; p < a.count; ++p) total += a.N[p];
+  return choose_gemv_config(a.M, total, a.K, sm_count);
+}
+
+void launch_gemv_group(ModuleCache& cache, const GemvGroupArgs& a, StreamHandle stream, int sm_count) {
+  LUMINAL_CHECK(a.count >= 1 && a.count <= kGemvGroupMax, "GEMV group of ", a.count, " (1..", kGemvGroupMax, ")");
+  LUMINAL_CHECK(a.K > 0 && a.x, "GEMV group needs a positive K and x");
+  const int capacity = gemv_row_capacity(a.M);
+  const GemvConfig config = gemv_group_config(a, sm_count);
+  const int elements_per_vector = 16 / static_cast<int>(dtype_bytes(gemv_weight_dtype(a.dtype, a.weight_dtype)));
+  int vectorized = a.K % elements_per_vector == 0 && a.x % 16 == 0;
+  DevicePtr w[kGemvGroupMax] = {}, y[kGemvGroupMax] = {};
+  int n[kGemvGroupMax] = {};
+  const int rows_per_block = (8 / config.ksplit) * config.rows_per_warp;
+  long long blocks = 0;
+  for (int p = 0; p < a.count; ++p) {
+    LUMINAL_CHECK(a.N[p] > 0 && a.w[p] && a.y[p], "GEMV group member ", p, " needs N > 0 and w, y pointers");
+    vectorized = vectorized && a.w[p] % 16 == 0;
+    w[p] = a.w[p];
+    y[p] = a.y[p];
+    n[p] = a.N[p];
+    blocks += (a.N[p] + rows_per_block - 1) / rows_per_block;
+  }
+  LUMINAL_CHECK(blocks <= std::numeric_limits<int32_t>::max(), "GEMV group needs ", blocks, " blocks");
+  api::CUfunction fn = cache.function(
+      gemv_group_source(a.dtype, capacity, config.rows_per_warp, config.unroll, a.weight_dtype), kGemvGroupKernelName);
+  DevicePtr x = a.x;
+  int M = a.M, K = a.K, ksplit = config.ksplit;
+  void* params[] = {&x, &w[0], &w[1], &w[2], &w[3], &y[0], &y[1], &y[2], &y[3], &n[0], &n[1], &n[2], &n[3],
+                    &M, &K, &ksplit, &vectorized};
+  launch(fn, static_cast<unsigned>(blocks), 1, 256, 0, stream, params);
 }
 
 // ---- rows ----
@@ -394,6 +443,8 @@ std::vector<KernelSource> all_kernel_sources() {
         add_gemv(1, 2, Activation::None, 2, wdt);
         add_gemv(16, 2, Activation::None, 4, wdt);
       }
+    entries += detail::concat("LUMINAL_GEMV_GROUP_ENTRY(luminal_gemv_group_", lower(dtype_name(dt)), ", ",
+                              kernel_type_name(dt), ", ", kernel_type_name(dt), ", 1, 2, 2)\n");
     sources.push_back(assemble("kernels_" + lower(dtype_name(dt)), embedded::kGemvCu, entries));
     sources.push_back(fill_source(dt));
     sources.push_back(small_matmul_source(dt));

@@ -167,6 +167,80 @@ TEST_F(Gemv, MisalignedPointersTakeTheScalarPath) {
   run_case(ctx, stream, cache, {DType::F32, 4, 31, 96, Activation::Relu, false, true, {}, 4}, 8);
 }
 
+// Siblings in one launch (launch_gemv_group): members of different widths, 1 to 4 of them,
+// decode and skinny rows, the vector path and (a misaligned member) the scalar path for all.
+TEST_F(Gemv, GroupsMatchEachMemberAlone) {
+  Context ctx;
+  Stream stream;
+  ModuleCache cache(ctx.info().arch());
+  uint32_t seed = 301;
+  struct GroupCase {
+    DType dtype;
+    int M, K;
+    std::vector<int> N;
+    size_t misalign_bytes;
+    std::optional<DType> weight_dtype;
+  };
+  const GroupCase cases[] = {
+      {DType::BF16, 1, 4096, {4096, 1024, 1024}, 0, {}},  // q, k, v of a grouped-query block
+      {DType::BF16, 1, 512, {1536, 1536}, 0, {}},         // gate and up
+      {DType::F16, 5, 264, {37, 1, 300, 64}, 0, {}},
+      {DType::F32, 2, 200, {129, 7}, 0, {}},
+      {DType::BF16, 3, 96, {33, 70}, 2, {}},  // misaligned: the scalar path
+      {DType::F32, 1, 1032, {300, 41, 9}, 0, DType::BF16},
+      {DType::BF16, 16, 128, {17}, 0, {}},
+  };
+  for (const GroupCase& c : cases) {
+    SCOPED_TRACE(::testing::Message() << luminal::dtype_name(c.dtype) << " M=" << c.M << " K=" << c.K
+                                      << " members=" << c.N.size() << " misalign=" << c.misalign_bytes);
+    const DType wdt = c.weight_dtype.value_or(c.dtype);
+    const HostData x = encode(c.dtype, random_values(size_t(c.M) * c.K, seed++));
+    DeviceBuffer dx(x.bytes.size() + c.misalign_bytes);
+    dx.upload(x.bytes.data(), x.bytes.size(), stream.get(), c.misalign_bytes);
+    GemvGroupArgs args;
+    args.dtype = c.dtype;
+    args.weight_dtype = c.weight_dtype;
+    args.M = c.M, args.K = c.K;
+    args.x = dx.ptr() + c.misalign_bytes;
+    std::vector<HostData> ws;
+    std::vector<DeviceBuffer> dws, dys;
+    for (int n : c.N) {
+      ws.push_back(encode(wdt, random_values(size_t(n) * c.K, seed++)));
+      dws.emplace_back(ws.back().bytes.size() + c.misalign_bytes);
+      dws.back().upload(ws.back().bytes.data(), ws.back().bytes.size(), stream.get(), c.misalign_bytes);
+      dys.emplace_back(size_t(c.M) * n * luminal::dtype_bytes(c.dtype));
+      args.w[args.count] = dws.back().ptr() + c.misalign_bytes;
+      args.y[args.count] = dys.back().ptr();
+      args.N[args.count] = n;
+      ++args.count;
+    }
+    launch_gemv_group(cache, args, stream.get(), ctx.info().sm_count);
+    stream.synchronize();
+    int bad = 0;
+    for (size_t p = 0; p < c.N.size(); ++p) {
+      const std::vector<double> y = from_device(dys[p], c.dtype, stream.get());
+      for (int m = 0; m < c.M; ++m)
+        for (int n = 0; n < c.N[p]; ++n) {
+          double ref = 0, magnitude = 0;
+          for (int k = 0; k < c.K; ++k) {
+            const double prod = x.values[size_t(m) * c.K + k] * ws[p].values[size_t(n) * c.K + k];
+            ref += prod;
+            magnitude += std::fabs(prod);
+          }
+          const double got = y[size_t(m) * c.N[p] + n];
+          const double allowed = tolerance(c.dtype) * std::max(1.0, std::fabs(ref)) + 1e-5 * magnitude;
+          if (!(std::fabs(got - ref) <= allowed) && bad++ < 5)
+            ADD_FAILURE() << "member " << p << " y[" << m << "," << n << "] = " << got << ", reference " << ref;
+        }
+    }
+    EXPECT_EQ(bad, 0);
+  }
+  GemvGroupArgs empty;
+  empty.K = 8;
+  empty.x = 16;
+  EXPECT_THROW(launch_gemv_group(cache, empty, stream.get(), ctx.info().sm_count), luminal::Error);
+}
+
 TEST_F(Gemv, RejectsBadShapes) {
   Context ctx;
   Stream stream;

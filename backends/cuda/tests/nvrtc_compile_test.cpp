@@ -58,6 +58,8 @@ TEST(CudaNvrtc, LauncherVariantsCompile) {
   std::vector<KernelSource> sources{gemv_source(luminal::DType::BF16, 1, 1, Activation::None, 8),
                                     gemv_source(luminal::DType::F16, 16, 2, Activation::Silu),
                                     gemv_source(luminal::DType::F32, 4, 2, Activation::GeluTanh),
+                                    gemv_group_source(luminal::DType::BF16, 1, 2, 2),
+                                    gemv_group_source(luminal::DType::F32, 16, 4, 4, luminal::DType::BF16),
                                     small_matmul_source(luminal::DType::F32), small_matmul_source(luminal::DType::BF16),
                                     small_matmul_source(luminal::DType::F16)};
   for (const auto& image : cache.cubins(sources)) EXPECT_TRUE(is_elf(*image));

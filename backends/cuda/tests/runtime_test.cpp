@@ -91,7 +91,8 @@ void check(const std::string& what, const Build& build, std::vector<DimMap> dim_
 // A program for `m` from the e-graph with CUDA rules, its matmuls all `matmul_op`; with
 // `b_dtype`, only one whose matmuls read a B operand of that dtype.
 std::optional<search::Extracted> program_with_matmuls(luminal::testing::TestModel& m, const std::string& matmul_op,
-                                                      std::optional<DType> b_dtype = std::nullopt) {
+                                                      std::optional<DType> b_dtype = std::nullopt,
+                                                      int min_matmuls = 1) {
   auto lowered = search::lower_to_egraph(m.cx, [](egraph::EGraph& eg) { cuda::register_runtime_primitives(eg); });
   auto files = search::core_rule_files();
   for (auto& f : cuda::runtime_rule_files()) files.push_back(f);
@@ -120,7 +121,7 @@ std::optional<search::Extracted> program_with_matmuls(luminal::testing::TestMode
       p->program.mutable_node(i).backend = std::make_shared<const BackendOpCall>(std::move(call));
       ++matmuls;
     }
-    if (matmuls > 0 && wanted) return p;
+    if (matmuls >= min_matmuls && wanted) return p;
   }
   return std::nullopt;
 }
@@ -290,6 +291,41 @@ TEST(CudaRuntime, MatmulThroughBothImplementations) {
         expect_linear_matches(*p, m, x, w, xv, wv, rows, N, K, 1e-5, rounding,
                               detail::concat(impl, " ", dtype_name(dt), " rows ", rows));
       }
+    }
+}
+
+// GEMVs reading one x (an attention block's q, k, v projections) share one launch: the
+// runtime moves them next to each other (another node, built between them, reads the first
+// one's result) and joins up to four per launch; a fifth launches alone. Every result
+// against the reference, at 1 and 3 rows, with x an intermediate (its arena buffer must
+// outlive every member).
+TEST(CudaRuntime, SiblingGemvsShareOneLaunch) {
+  LUMINAL_REQUIRE_GPU();
+  for (DType dt : {DType::F32, DType::F16, DType::BF16})
+    for (int rows : {1, 3}) {
+      const int K = 72;
+      luminal::testing::TestModel m;
+      auto xin = m.cx.named_tensor("x", {rows, K}, dt);
+      m.inputs = {xin};
+      auto x = xin * 1.5;
+      std::vector<GraphTensor> results;
+      int index = 0;
+      for (int N : {64, 24, 24, 40, 8}) {
+        auto w = m.cx.named_tensor(detail::concat("w", index++), {N, K}, dt).persist();
+        m.inputs.push_back(w);
+        auto y = x.linear(w);
+        // The first result is read before the next projection is built.
+        results.push_back(results.empty() ? (y * 0.5).output() : y.output());
+      }
+      m.outputs = results;
+      auto p = program_with_matmuls(m, "CudaGemv", std::nullopt, 5);
+      ASSERT_TRUE(p.has_value()) << "no program with five GEMV ops";
+      DeviceAndReference both(*p, m);
+      const std::string what = detail::concat("sibling GEMVs ", dtype_name(dt), " rows ", rows);
+      // BF16: the reference rounds every product to BF16 (see MatmulLayouts).
+      both.step(m, dt, "unused", 1, 7, what, 1e-4, 0.1);
+      both.step(m, dt, "unused", 1, 9, what, 1e-4, 0.1);  // replayed
+      EXPECT_EQ(both.gpu.gemvs_grouped(), 3) << what << ": four of the five share a launch";
     }
 }
 

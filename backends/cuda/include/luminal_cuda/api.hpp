@@ -91,6 +91,8 @@ inline constexpr int CU_STREAM_CAPTURE_MODE_RELAXED = 2;
   X(cuMemGetInfo, "cuMemGetInfo_v2", CUresult(size_t*, size_t*))                               \
   X(cuMemAlloc, "cuMemAlloc_v2", CUresult(CUdeviceptr*, size_t))                               \
   X(cuMemFree, "cuMemFree_v2", CUresult(CUdeviceptr))                                           \
+  X(cuMemAllocHost, "cuMemAllocHost_v2", CUresult(void**, size_t))                             \
+  X(cuMemFreeHost, "cuMemFreeHost", CUresult(void*))                                             \
   X(cuMemcpyHtoDAsync, "cuMemcpyHtoDAsync_v2", CUresult(CUdeviceptr, const void*, size_t, CUstream)) \
   X(cuMemcpyDtoHAsync, "cuMemcpyDtoHAsync_v2", CUresult(void*, CUdeviceptr, size_t, CUstream)) \
   X(cuMemcpyDtoDAsync, "cuMemcpyDtoDAsync_v2", CUresult(CUdeviceptr, CUdeviceptr, size_t, CUstream)) \

@@ -82,6 +82,7 @@ class CudaRuntime : public Runtime {
   int eager_runs() const;         // runs that launched their ops one by one (graphs off or not yet worth it)
   int resolutions() const;        // runs whose launches were built anew (new dims or pointers)
   int resolutions_reused() const; // runs of new dims whose launches were the last run's (only the dims buffer changed)
+  int gemvs_grouped() const;      // GEMV steps that joined the launch of the one before (same x), over resolutions
   int kernels_compiled() const;   // NVRTC compilations by this runtime and its copies (cache misses)
   const DeviceInfo& device_info() const;
 

@@ -67,6 +67,25 @@ class Stream {
 };
 
 // Plain device memory (cuMemAlloc; never managed memory). Move-only.
+// Page-locked host memory (cuMemAllocHost): device-to-host copies into it run at the bus's
+// speed, with no staging through the driver's own buffers as pageable memory needs.
+class PinnedBuffer {
+ public:
+  PinnedBuffer() = default;
+  explicit PinnedBuffer(size_t bytes);
+  ~PinnedBuffer();
+  PinnedBuffer(PinnedBuffer&& other) noexcept;
+  PinnedBuffer& operator=(PinnedBuffer&& other) noexcept;
+  PinnedBuffer(const PinnedBuffer&) = delete;
+  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
+  void* data() const { return data_; }
+  size_t bytes() const { return bytes_; }
+
+ private:
+  void* data_ = nullptr;
+  size_t bytes_ = 0;
+};
+
 class DeviceBuffer {
  public:
   DeviceBuffer() = default;

@@ -47,6 +47,24 @@ struct GemvArgs {
 };
 void launch_gemv(ModuleCache& cache, const GemvArgs& args, StreamHandle stream, int sm_count, GemvConfig config = {});
 
+// Up to kGemvGroupMax GEMVs that share x (and M, K and the dtypes) in one launch, each
+// y_p = x . w_p^T with its own N_p: a block streams rows of one member's weight. The config
+// is the one choose_gemv_config gives the members' total N. No bias, residual or activation.
+inline constexpr int kGemvGroupMax = 4;
+struct GemvGroupArgs {
+  DType dtype = DType::BF16;
+  std::optional<DType> weight_dtype;
+  int M = 1, K = 0, count = 0;
+  DevicePtr x = 0;
+  DevicePtr w[kGemvGroupMax] = {}, y[kGemvGroupMax] = {};
+  int N[kGemvGroupMax] = {};
+};
+KernelSource gemv_group_source(DType dtype, int m_max, int rows_per_warp, int unroll,
+                               std::optional<DType> weight_dtype = std::nullopt);
+inline constexpr const char* kGemvGroupKernelName = "luminal_gemv_group";
+GemvConfig gemv_group_config(const GemvGroupArgs& args, int sm_count);
+void launch_gemv_group(ModuleCache& cache, const GemvGroupArgs& args, StreamHandle stream, int sm_count);
+
 // ---- row-wise RMSNorm and softmax over a contiguous [rows, cols] matrix ----
 //   rmsnorm: y = x * rsqrt(mean(x^2) + eps) * weight   (weight [cols], may be 0)
 //   softmax: y = exp(x - max) / sum(exp(x - max))      (online statistics, one pass)

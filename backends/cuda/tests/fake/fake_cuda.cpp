@@ -259,7 +259,7 @@ static void lm_run(F body, unsigned grid, unsigned block, int mode) {
 )";
 
 struct Function {
-  enum Kind_ { Emitted, Gemv, Fill, SmallMatmul, Hold } kind = Emitted;
+  enum Kind_ { Emitted, Gemv, GemvGroup, Fill, SmallMatmul, Hold } kind = Emitted;
   void (*launch)(void**, unsigned, unsigned) = nullptr;  // Emitted
   int nargs = 0;                                        // Emitted: every argument is a pointer
   Kind dtype = Kind::F32;                               // Gemv / Fill
@@ -308,20 +308,24 @@ std::vector<std::vector<std::string>> macro_uses(const std::string& source, cons
 CUresult load_module(Module& m, const std::string& source) {
   // Hand-written families: host implementations of their launch contracts.
   bool hand_written = false;
-  for (const char* family : {"LUMINAL_GEMV_ENTRY", "LUMINAL_FILL_ENTRY", "LUMINAL_SMALL_MATMUL_ENTRY"})
+  for (const char* family :
+       {"LUMINAL_GEMV_ENTRY", "LUMINAL_GEMV_GROUP_ENTRY", "LUMINAL_FILL_ENTRY", "LUMINAL_SMALL_MATMUL_ENTRY"})
     for (const auto& args : macro_uses(source, family)) {
       if (args.size() < 2) continue;
       Function f;
       const std::string fam = family;
-      f.kind = fam == "LUMINAL_GEMV_ENTRY" ? Function::Gemv
-               : fam == "LUMINAL_FILL_ENTRY" ? Function::Fill
-                                             : Function::SmallMatmul;
+      f.kind = fam == "LUMINAL_GEMV_ENTRY"         ? Function::Gemv
+               : fam == "LUMINAL_GEMV_GROUP_ENTRY" ? Function::GemvGroup
+               : fam == "LUMINAL_FILL_ENTRY"       ? Function::Fill
+                                                   : Function::SmallMatmul;
       f.dtype = kind_of_type_name(args[1]);
       // LUMINAL_GEMV_ENTRY(NAME, T, TW, MMAX, RPW, ACT, UNROLL)
       if (f.kind == Function::Gemv && args.size() > 5) {
         f.weight_dtype = kind_of_type_name(args[2]);
         f.activation = std::atoi(args[5].c_str());
       }
+      // LUMINAL_GEMV_GROUP_ENTRY(NAME, T, TW, MMAX, RPW, UNROLL)
+      if (f.kind == Function::GemvGroup && args.size() > 2) f.weight_dtype = kind_of_type_name(args[2]);
       m.functions[args[0]] = f;
       hand_written = true;
     }
@@ -494,6 +498,16 @@ CUresult cuMemFree_v2(CUdeviceptr p) {
   std::free(host(p));
   return CUDA_SUCCESS;
 }
+// Page-locked host memory is host memory here.
+CUresult cuMemAllocHost_v2(void** p, size_t bytes) {
+  FAKE_STICKY();
+  *p = std::malloc(bytes ? bytes : 1);
+  return *p ? CUDA_SUCCESS : 2;
+}
+CUresult cuMemFreeHost(void* p) {
+  std::free(p);
+  return CUDA_SUCCESS;
+}
 CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void* src, size_t n, CUstream s) {
   FAKE_STICKY();
   // Host memory may change after the call: a captured copy would read it at launch, as CUDA
@@ -609,6 +623,26 @@ CUresult cuLaunchKernel(CUfunction fn, unsigned gx, unsigned gy, unsigned gz, un
     const Kind k = f.dtype, kw = f.weight_dtype;
     const int act = f.activation;
     submit(s, NodeType::Kernel, [=] { host_gemv(k, kw, act, p, sizes); });
+  } else if (f.kind == Function::GemvGroup) {
+    // (x, w0..w3, y0..y3, n0..n3, M, K, ...): member p is the GEMV contract with N = n_p.
+    CUdeviceptr x, w[4], y[4];
+    int n[4], mk[2];
+    std::memcpy(&x, params[0], sizeof(CUdeviceptr));
+    for (int i = 0; i < 4; ++i) {
+      std::memcpy(&w[i], params[1 + i], sizeof(CUdeviceptr));
+      std::memcpy(&y[i], params[5 + i], sizeof(CUdeviceptr));
+      std::memcpy(&n[i], params[9 + i], sizeof(int));
+    }
+    for (int i = 0; i < 2; ++i) std::memcpy(&mk[i], params[13 + i], sizeof(int));
+    const Kind k = f.dtype, kw = f.weight_dtype;
+    submit(s, NodeType::Kernel, [=] {
+      for (int i = 0; i < 4; ++i) {
+        if (n[i] == 0) continue;
+        const CUdeviceptr p[5] = {x, w[i], 0, 0, y[i]};
+        const int sizes[3] = {mk[0], n[i], mk[1]};
+        host_gemv(k, kw, 0, p, sizes);
+      }
+    });
   } else if (f.kind == Function::Hold) {
     submit(s, NodeType::Kernel, [] {});
   } else if (f.kind == Function::SmallMatmul) {
