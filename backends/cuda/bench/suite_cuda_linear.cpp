@@ -106,6 +106,8 @@ int main(int argc, char** argv) {
       for (int m_max : {1, 16})
         for (int rpw : {1, 2, 4})
           for (int unroll : {2, 4, 8}) sources.push_back(gemv_source(bf16, m_max, rpw, Activation::None, unroll));
+      for (int rpw : {1, 2, 4})
+        for (int unroll : {2, 4, 8}) sources.push_back(gemv_group_source(bf16, 1, rpw, unroll));
       cache.cubins(sources);
     }
     const double bandwidth = copy_bandwidth(s);
@@ -236,6 +238,77 @@ int main(int argc, char** argv) {
         }
         line.num("weight_copies", copies).num("launches_per_graph", reps).print();
       }
+    }
+
+    // Sibling GEMVs in one launch (launch_gemv_group), as a decode step runs them: q, k and
+    // v of Llama-3-8B's attention (4096 + 1024 + 1024 outputs) and the MLP's gate and up
+    // (2 x 14336), at 1 row, every config against the one the heuristic picks.
+    struct Group {
+      const char* name;
+      int K;
+      std::vector<int> N;
+    };
+    const std::vector<Group> groups{{"qkv", 4096, {4096, 1024, 1024}}, {"gate_up", 4096, {14336, 14336}}};
+    for (const Group& group : (quick || !chosen_shapes.empty()) ? std::vector<Group>{} : groups) {
+      const std::string name = std::string("linear_bf16_group_") + group.name + "_rows1";
+      if (std::chrono::duration<double>(Clock::now() - started).count() > budget_s) {
+        Json().str("suite", "cuda").str("case", name).str("status", "skipped: time budget spent").print();
+        continue;
+      }
+      size_t group_bytes = 0, out_elems = 0;
+      for (int n : group.N) group_bytes += size_t(n) * group.K * 2, out_elems += size_t(n);
+      const size_t l2 = std::max<size_t>(ctx.info().l2_bytes, 50u << 20);
+      const int copies = int(std::max<size_t>(2, (4 * l2 + group_bytes - 1) / group_bytes));
+      std::vector<std::vector<DeviceBuffer>> weights(copies);
+      for (auto& set : weights)
+        for (int n : group.N) {
+          set.emplace_back(size_t(n) * group.K * 2);
+          fill_uniform(cache, bf16, set.back().ptr(), int64_t(n) * group.K, seed++, 0.05f, s);
+        }
+      DeviceBuffer x(size_t(group.K) * 2);
+      std::vector<DeviceBuffer> ys;
+      for (int n : group.N) ys.emplace_back(size_t(n) * 2);
+      fill_uniform(cache, bf16, x.ptr(), group.K, seed++, 1.0f, s);
+      stream.synchronize();
+      GemvGroupArgs args;
+      args.dtype = bf16, args.M = 1, args.K = group.K, args.x = x.ptr();
+      for (size_t p = 0; p < group.N.size(); ++p) args.N[p] = group.N[p], args.y[p] = ys[p].ptr();
+      args.count = int(group.N.size());
+      const double floor_us = (double(group_bytes) + 2.0 * group.K + 2.0 * double(out_elems)) / bandwidth * 1e6;
+      const int reps = copies * std::clamp(int(2000.0 / (floor_us * copies)), 1, 200);
+      const GemvConfig heuristic = gemv_group_config(args, ctx.info().sm_count);
+      double best = INFINITY, at_heuristic = INFINITY;
+      std::string best_name;
+      for (int ksplit : {1, 2, 4, 8})
+        for (int rpw : {1, 2, 4})
+          for (int unroll : {2, 4, 8}) {
+            const GemvConfig config{ksplit, rpw, unroll};
+            auto launch_one = [&](int c) {
+              for (size_t p = 0; p < group.N.size(); ++p) args.w[p] = weights[c][p].ptr();
+              launch_gemv_group(cache, args, s, ctx.info().sm_count, config);
+            };
+            launch_one(0);
+            stream.synchronize();
+            int i = 0;
+            const double us = 1e3 * time_ms(s, [&] { launch_one(i++ % copies); }, reps, 5, true);
+            if (ksplit == heuristic.ksplit && rpw == heuristic.rows_per_warp && unroll == heuristic.unroll)
+              at_heuristic = us;
+            if (us < best) best = us, best_name = config_name(config);
+          }
+      Json()
+          .str("suite", "cuda")
+          .str("case", name)
+          .num("value", at_heuristic)
+          .str("unit", "us")
+          .str("better", "lower")
+          .str("config", config_name(heuristic))
+          .num("best_us", best)
+          .str("best_config", best_name)
+          .num("floor_us", floor_us)
+          .num("fraction_of_floor", floor_us / at_heuristic)
+          .num("best_fraction_of_floor", floor_us / best)
+          .str("target", ">= 0.8 of floor")
+          .print();
     }
 
     // Case 2 (part): RMSNorm and softmax over (4096, 4096) BF16 rows, distinct buffers per launch.

@@ -164,11 +164,17 @@ GemvConfig gemv_group_config(const GemvGroupArgs& a, int sm_count) {
   return choose_gemv_config(a.M, total, a.K, sm_count);
 }
 
-void launch_gemv_group(ModuleCache& cache, const GemvGroupArgs& a, StreamHandle stream, int sm_count) {
+void launch_gemv_group(ModuleCache& cache, const GemvGroupArgs& a, StreamHandle stream, int sm_count,
+                       GemvConfig config) {
   LUMINAL_CHECK(a.count >= 1 && a.count <= kGemvGroupMax, "GEMV group of ", a.count, " (1..", kGemvGroupMax, ")");
   LUMINAL_CHECK(a.K > 0 && a.x, "GEMV group needs a positive K and x");
   const int capacity = gemv_row_capacity(a.M);
-  const GemvConfig config = gemv_group_config(a, sm_count);
+  const GemvConfig chosen = gemv_group_config(a, sm_count);
+  if (config.ksplit == 0) config.ksplit = chosen.ksplit;
+  if (config.rows_per_warp == 0) config.rows_per_warp = chosen.rows_per_warp;
+  if (config.unroll == 0) config.unroll = chosen.unroll;
+  LUMINAL_CHECK(config.ksplit == 1 || config.ksplit == 2 || config.ksplit == 4 || config.ksplit == 8,
+                "GEMV ksplit must be 1, 2, 4 or 8, got ", config.ksplit);
   const int elements_per_vector = 16 / static_cast<int>(dtype_bytes(gemv_weight_dtype(a.dtype, a.weight_dtype)));
   int vectorized = a.K % elements_per_vector == 0 && a.x % 16 == 0;
   DevicePtr w[kGemvGroupMax] = {}, y[kGemvGroupMax] = {};

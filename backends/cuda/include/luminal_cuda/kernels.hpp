@@ -63,7 +63,8 @@ KernelSource gemv_group_source(DType dtype, int m_max, int rows_per_warp, int un
                                std::optional<DType> weight_dtype = std::nullopt);
 inline constexpr const char* kGemvGroupKernelName = "luminal_gemv_group";
 GemvConfig gemv_group_config(const GemvGroupArgs& args, int sm_count);
-void launch_gemv_group(ModuleCache& cache, const GemvGroupArgs& args, StreamHandle stream, int sm_count);
+void launch_gemv_group(ModuleCache& cache, const GemvGroupArgs& args, StreamHandle stream, int sm_count,
+                       GemvConfig config = {});
 
 // ---- row-wise RMSNorm and softmax over a contiguous [rows, cols] matrix ----
 //   rmsnorm: y = x * rsqrt(mean(x^2) + eps) * weight   (weight [cols], may be 0)
