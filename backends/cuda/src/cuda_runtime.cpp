@@ -333,6 +333,9 @@ using Compiled = CudaRuntime::Shared::Compiled;
 
 // Arena offsets are multiples of this (cuBLASLt's default pointer alignment).
 constexpr int64_t kAlignment = 256;
+// An elementwise launch of more blocks than this many waves of resident threads gives each
+// thread four elements instead of one (Resolver::add_kernel).
+constexpr int64_t kElementwiseWaves = 2;
 // get_tensor reads up to this many bytes through a page-locked staging buffer.
 constexpr size_t kPinnedStagingLimit = size_t(64) << 20;
 
@@ -1068,6 +1071,11 @@ struct Resolver {
         static_cast<size_t>(k.phases.front().copies_input) < inputs.size() &&
         inputs[static_cast<size_t>(k.phases.front().copies_input)] == out)
       grid = std::clamp<int64_t>(blocks((k.phases.back().rows + (k.block_x - 1)) / k.block_x), 1, 65535);
+    // An elementwise kernel loops over its elements (emit_cuda): past a few waves of
+    // resident threads, each thread takes four, their loads in flight at once.
+    if (k.geometry == kernel::Geometry::Elementwise &&
+        grid > kElementwiseWaves * 2048 / k.block_x * std::max(shared.context->info().sm_count, 1))
+      grid = (grid + 3) / 4;
     LUMINAL_CHECK(grid <= std::numeric_limits<int32_t>::max(), "cuda: ", what, " needs ", grid,
                   " blocks, above the grid limit");
     if (grid <= 0) return;

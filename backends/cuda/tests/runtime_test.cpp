@@ -249,6 +249,26 @@ TEST(CudaRuntime, BlockPerRowLaunchesFollowTheRowLength) {
           dims, /*specials=*/true, 1e-4, CompileOptions().search_graph_limit(4).trials(1), /*half_tol=*/2e-2);
 }
 
+// Elementwise kernels loop over their elements: past a few waves of resident threads each
+// thread takes four (Resolver::add_kernel). Sizes on both sides of that line (a symbolic
+// row count, so one program runs both), ragged tails, a broadcast row and a transposed
+// read, on special values.
+TEST(CudaRuntime, LargeElementwiseKernelsTakeSeveralElementsPerThread) {
+  LUMINAL_REQUIRE_GPU();
+  std::vector<DimMap> dims = {{{"r", 3}}, {{"r", 1201}}, {{"r", 7}}};
+  for (DType dt : {DType::F32, DType::BF16})
+    check(std::string("large elementwise ") + std::string(dtype_name(dt)),
+          [dt](luminal::Graph& cx, std::vector<GraphTensor>& in) {
+            Expression r = Expression::var("r");
+            auto x = cx.tensor({r, 1027}, dt);
+            auto b = cx.tensor({1027}, dt);
+            auto y = cx.tensor({1027, r}, dt);
+            in = {x, b, y};
+            return std::vector<GraphTensor>{x.silu() * b, x - y.t(), (x * 0.5).exp()};
+          },
+          dims, /*specials=*/true, 1e-4, CompileOptions().search_graph_limit(4).trials(1), /*half_tol=*/2e-2);
+}
+
 TEST(CudaRuntime, MatmulLayouts) {
   LUMINAL_REQUIRE_GPU();
   for (DType dt : {DType::F32, DType::BF16})
