@@ -390,7 +390,12 @@ CausalLM CausalLM::build(const TransformerConfig& config, const ModelOptions& op
   // handed out as F32 (exact).
   GraphTensor logits = x.linear(head.cast(x.dtype()));
   if (c.final_logit_softcapping) logits = nn::softcap(logits, *c.final_logit_softcapping);
-  m.logits_ = logits.cast(DType::F32).output("logits");
+  const GraphTensor logits_f32 = logits.cast(DType::F32);
+  m.logits_ = logits_f32.output("logits");
+  // The greedy choice, made where the logits are (Generator reads this one id instead of
+  // the vocabulary's logits): the first maximum of the last row, as torch.argmax.
+  GraphTensor last = m.all_logits_ ? logits_f32.slice(0, dims.seq - 1, dims.seq) : logits_f32;
+  m.next_token_ = last.argmax(1).output("next_token");
 
   // Weights: every persisted input except the caches and the host constants.
   std::set<std::string> not_weights;

@@ -131,6 +131,47 @@ TEST(KVCache, OneCompiledGraphServesManyPromptsAndLengths) {
   }
 }
 
+// Greedy generation without recorded logits reads the graph's argmax (CausalLM::next_token)
+// instead of the logits: the same tokens as sampling the logits read back. With a NaN logit
+// both pick as torch.argmax does (the first NaN).
+TEST(Generate, GreedyReadsTheGraphsArgmax) {
+  auto dir = write_tiny_model("greedy_id", tiny_llama_config());
+  Generator gen = make_generator(dir.string());
+  GenerateOptions o;
+  o.max_new_tokens = 6;
+  o.stop_at_eos = false;
+  for (const std::vector<int32_t>& prompt : {std::vector<int32_t>{4, 5, 6}, kIds}) {
+    o.record_logits = true;
+    const GenerateResult read_back = gen.generate(prompt, o);
+    o.record_logits = false;
+    const GenerateResult on_graph = gen.generate(prompt, o);
+    EXPECT_EQ(on_graph.tokens, read_back.tokens);
+    EXPECT_TRUE(on_graph.logits.empty());
+  }
+  // The graph's id against the host's greedy choice over the same row.
+  gen.reset();
+  std::vector<float> logits = gen.forward(kIds);
+  std::vector<float> last(logits.end() - 96, logits.end());
+  std::mt19937_64 rng;
+  EXPECT_EQ(gen.runtime().get(gen.model().next_token()).get_i64(0), sample_token(last, {}, rng));
+  // One lm_head row of NaN: that logit is NaN for every input.
+  const NodeId head = gen.model().graph().find_input("lm_head.weight");
+  ASSERT_NE(head, kNoNode);
+  HostTensor w = gen.runtime().get_tensor(head);
+  const int64_t hidden = static_cast<int64_t>(w.numel()) / 96;
+  for (int64_t k = 0; k < hidden; ++k) w.set_f64(static_cast<size_t>(37 * hidden + k), std::nan(""));
+  gen.runtime().set_tensor(head, w);
+  gen.reset();
+  gen.forward({4, 5, 6});
+  EXPECT_EQ(gen.runtime().get(gen.model().next_token()).get_i64(0), 37) << "the NaN logit is the maximum";
+  for (bool record : {false, true}) {
+    o.record_logits = record;
+    const GenerateResult nan_logits = gen.generate({4, 5, 6}, o);
+    ASSERT_EQ(nan_logits.tokens.size(), 6u);
+    for (int32_t t : nan_logits.tokens) EXPECT_EQ(t, 37) << "record_logits " << record;
+  }
+}
+
 TEST(KVCache, ContextOverflowIsAnError) {
   auto dir = write_tiny_model("overflow", tiny_llama_config());
   Generator gen = make_generator(dir.string(), 6);

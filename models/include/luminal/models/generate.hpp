@@ -97,6 +97,11 @@ class Generator {
   int64_t position_ = 0;
   double load_seconds_ = 0;
   double execute_seconds_ = 0, read_seconds_ = 0;  // summed over forward() calls
+
+  void run(const std::vector<int32_t>& ids);  // execute `ids`, advance the position
+  std::vector<float> read_logits();
+  // The graph's greedy choice (CausalLM::next_token).
+  int32_t read_greedy_token();
 };
 
 }  // namespace luminal::models

@@ -132,6 +132,9 @@ class CausalLM {
   // does).
   GraphTensor input_ids() const { return input_ids_; }
   GraphTensor logits() const { return logits_; }        // (s, vocab) or (1, vocab), F32
+  // (1) I64: greedy decoding's next token, the first maximum of the last row of the logits
+  // as torch.argmax picks it (a NaN is the maximum; the first NaN wins).
+  GraphTensor next_token() const { return next_token_; }
   const std::vector<nn::KVCache>& caches() const { return caches_; }
   // Names of every weight tensor the graph expects (HF names).
   const std::vector<std::string>& weight_names() const { return weight_names_; }
@@ -154,7 +157,7 @@ class CausalLM {
   std::string dir_;
   std::unique_ptr<Graph> graph_;  // stable address: tensors point at it
   nn::Constants constants_;
-  GraphTensor input_ids_, logits_;
+  GraphTensor input_ids_, logits_, next_token_;
   std::vector<nn::KVCache> caches_;
   std::vector<std::string> weight_names_;
   int64_t max_seq_ = 0;
