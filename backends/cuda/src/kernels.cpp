@@ -99,6 +99,15 @@ GemvConfig choose_gemv_config(int M, int N, int K, int sm_count) {
 }
 
 namespace {
+// `config` with each field left 0 taken from `chosen`, checked.
+GemvConfig completed(GemvConfig config, const GemvConfig& chosen) {
+  if (config.ksplit == 0) config.ksplit = chosen.ksplit;
+  if (config.rows_per_warp == 0) config.rows_per_warp = chosen.rows_per_warp;
+  if (config.unroll == 0) config.unroll = chosen.unroll;
+  LUMINAL_CHECK(config.ksplit == 1 || config.ksplit == 2 || config.ksplit == 4 || config.ksplit == 8,
+                "GEMV ksplit must be 1, 2, 4 or 8, got ", config.ksplit);
+  return config;
+}
 // The dtype w is read in: `dtype`, or a narrower half type under an F32 product.
 DType gemv_weight_dtype(DType dtype, std::optional<DType> weight_dtype) {
   if (!weight_dtype || *weight_dtype == dtype) return dtype;
@@ -132,11 +141,7 @@ void launch_gemv(ModuleCache& cache, const GemvArgs& a, StreamHandle stream, int
   LUMINAL_CHECK(a.x && a.w && a.y, "GEMV needs x, w and y device pointers");
   const int capacity = gemv_row_capacity(a.M);
   const GemvConfig chosen = choose_gemv_config(a.M, a.N, a.K, sm_count);
-  if (config.ksplit == 0) config.ksplit = chosen.ksplit;
-  if (config.rows_per_warp == 0) config.rows_per_warp = chosen.rows_per_warp;
-  if (config.unroll == 0) config.unroll = chosen.unroll;
-  LUMINAL_CHECK(config.ksplit == 1 || config.ksplit == 2 || config.ksplit == 4 || config.ksplit == 8,
-                "GEMV ksplit must be 1, 2, 4 or 8, got ", config.ksplit);
+  config = completed(config, chosen);
   // A vector is one 16-byte load of w (x, if wider, is read as several).
   const int elements_per_vector = 16 / static_cast<int>(dtype_bytes(gemv_weight_dtype(a.dtype, a.weight_dtype)));
   // 16-byte loads need every row of x and w to start on a 16-byte boundary.
@@ -176,11 +181,7 @@ void launch_gemv_group(ModuleCache& cache, const GemvGroupArgs& a, StreamHandle 
   LUMINAL_CHECK(a.K > 0 && a.x, "GEMV group needs a positive K and x");
   const int capacity = gemv_row_capacity(a.M);
   const GemvConfig chosen = gemv_group_config(a, sm_count);
-  if (config.ksplit == 0) config.ksplit = chosen.ksplit;
-  if (config.rows_per_warp == 0) config.rows_per_warp = chosen.rows_per_warp;
-  if (config.unroll == 0) config.unroll = chosen.unroll;
-  LUMINAL_CHECK(config.ksplit == 1 || config.ksplit == 2 || config.ksplit == 4 || config.ksplit == 8,
-                "GEMV ksplit must be 1, 2, 4 or 8, got ", config.ksplit);
+  config = completed(config, chosen);
   const int elements_per_vector = 16 / static_cast<int>(dtype_bytes(gemv_weight_dtype(a.dtype, a.weight_dtype)));
   int vectorized = a.K % elements_per_vector == 0 && a.x % 16 == 0;
   DevicePtr w[kGemvGroupMax] = {}, y[kGemvGroupMax] = {};
