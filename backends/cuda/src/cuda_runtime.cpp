@@ -1032,10 +1032,14 @@ struct Resolver {
   // against 54 us per layer, session 13.)
   unsigned row_threads(const Expression& length, const Expression& rows) {
     int64_t threads = std::clamp<int64_t>(int64_t{1} << std::max(band(length) - 2, 0), 32, 1024);
-    const int64_t resident = 2 * 2048 * static_cast<int64_t>(std::max(shared.context->info().sm_count, 1));
+    const int64_t resident = 2 * resident_threads();
     const int64_t row_count = int64_t{1} << band(rows);
     while (threads > 32 && row_count * threads > resident) threads /= 2;
     return static_cast<unsigned>(threads);
+  }
+  // Threads the device holds at once (2048 per SM).
+  int64_t resident_threads() const {
+    return 2048 * static_cast<int64_t>(std::max(shared.context->info().sm_count, 1));
   }
   bool positive(const Expression& e) {
     const bool v = e.eval(dims) > 0;
@@ -1075,8 +1079,7 @@ struct Resolver {
       grid = std::clamp<int64_t>(blocks((k.phases.back().rows + (k.block_x - 1)) / k.block_x), 1, 65535);
     // An elementwise kernel loops over its elements (emit_cuda): past a few waves of
     // resident threads, each thread takes four, their loads in flight at once.
-    if (k.geometry == kernel::Geometry::Elementwise &&
-        grid > kElementwiseWaves * 2048 / k.block_x * std::max(shared.context->info().sm_count, 1))
+    if (k.geometry == kernel::Geometry::Elementwise && grid * k.block_x > kElementwiseWaves * resident_threads())
       grid = (grid + 3) / 4;
     LUMINAL_CHECK(grid <= std::numeric_limits<int32_t>::max(), "cuda: ", what, " needs ", grid,
                   " blocks, above the grid limit");
@@ -1502,16 +1505,15 @@ void CudaRuntime::run(size_t slot, const DimMap& dims) {
             const bool groupable = op[0].scratch < 0 && op[1].scratch < 0 && a.K % vector == 0 &&
                                    op[0].base % 16 == 0 && op[1].base % 16 == 0;
             if (!groupable) open_group.reset();
-            GemvGroupArgs* joined = nullptr;
             if (groupable && open_group && open_group->count < kGemvGroupMax && open_group->x == op[0].base &&
                 open_group->M == a.M && open_group->K == a.K && open_group->dtype == dt &&
                 open_group->weight_dtype == a.weight_dtype) {
-              joined = open_group.get();
-              joined->w[joined->count] = op[1].base;
-              joined->y[joined->count] = out;
-              joined->N[joined->count] = a.N;
-              ++joined->count;
-              const GemvConfig cfg = gemv_group_config(*joined, sm_count);  // loaded now, outside any capture
+              GemvGroupArgs& joined = *open_group;
+              joined.w[joined.count] = op[1].base;
+              joined.y[joined.count] = out;
+              joined.N[joined.count] = a.N;
+              ++joined.count;
+              const GemvConfig cfg = gemv_group_config(joined, sm_count);  // loaded now, outside any capture
               s.shared->modules->function(gemv_group_source(dt, cap, cfg.rows_per_warp, cfg.unroll, a.weight_dtype),
                                           kGemvGroupKernelName);
               if (s.profiling) r.ops[open_group_op].label += " + " + what;

@@ -118,19 +118,26 @@ DType gemv_weight_dtype(DType dtype, std::optional<DType> weight_dtype) {
 }
 }  // namespace
 
-KernelSource gemv_source(DType dtype, int m_max, int rows_per_warp, Activation act, int unroll,
-                         std::optional<DType> weight_dtype) {
+namespace {
+// The template parameters a GEMV variant (single or grouped) takes, checked; returns the
+// dtypes part of its module name ("bf16", "f32_wbf16").
+std::string gemv_variant_types(DType dtype, int m_max, int rows_per_warp, int unroll, DType wdt) {
   LUMINAL_CHECK(m_max == 1 || m_max == 2 || m_max == 4 || m_max == 8 || m_max == 16,
                 "GEMV row capacity must be 1, 2, 4, 8 or 16, got ", m_max);
   LUMINAL_CHECK(rows_per_warp == 1 || rows_per_warp == 2 || rows_per_warp == 4, "GEMV rows per warp must be 1, 2 or 4, got ",
                 rows_per_warp);
   LUMINAL_CHECK(unroll == 2 || unroll == 4 || unroll == 8, "GEMV unroll must be 2, 4 or 8, got ", unroll);
+  return wdt == dtype ? lower(dtype_name(dtype)) : lower(dtype_name(dtype)) + "_w" + lower(dtype_name(wdt));
+}
+}  // namespace
+
+KernelSource gemv_source(DType dtype, int m_max, int rows_per_warp, Activation act, int unroll,
+                         std::optional<DType> weight_dtype) {
   const DType wdt = gemv_weight_dtype(dtype, weight_dtype);
+  const std::string types = gemv_variant_types(dtype, m_max, rows_per_warp, unroll, wdt);
   const std::string entry =
       detail::concat("LUMINAL_GEMV_ENTRY(", kGemvKernelName, ", ", kernel_type_name(dtype), ", ", kernel_type_name(wdt),
                      ", ", m_max, ", ", rows_per_warp, ", ", static_cast<int>(act), ", ", unroll, ")");
-  const std::string types =
-      wdt == dtype ? lower(dtype_name(dtype)) : lower(dtype_name(dtype)) + "_w" + lower(dtype_name(wdt));
   return assemble(detail::concat("gemv_", types, "_m", m_max, "_r", rows_per_warp, "_u", unroll, "_",
                                  activation_name(act)),
                   embedded::kGemvCu, entry);
@@ -158,13 +165,11 @@ void launch_gemv(ModuleCache& cache, const GemvArgs& a, StreamHandle stream, int
 
 KernelSource gemv_group_source(DType dtype, int m_max, int rows_per_warp, int unroll,
                                std::optional<DType> weight_dtype) {
-  gemv_source(dtype, m_max, rows_per_warp, Activation::None, unroll, weight_dtype);  // checks the parameters
   const DType wdt = gemv_weight_dtype(dtype, weight_dtype);
+  const std::string types = gemv_variant_types(dtype, m_max, rows_per_warp, unroll, wdt);
   const std::string entry =
       detail::concat("LUMINAL_GEMV_GROUP_ENTRY(", kGemvGroupKernelName, ", ", kernel_type_name(dtype), ", ",
                      kernel_type_name(wdt), ", ", m_max, ", ", rows_per_warp, ", ", unroll, ")");
-  const std::string types =
-      wdt == dtype ? lower(dtype_name(dtype)) : lower(dtype_name(dtype)) + "_w" + lower(dtype_name(wdt));
   return assemble(detail::concat("gemv_group_", types, "_m", m_max, "_r", rows_per_warp, "_u", unroll),
                   embedded::kGemvCu, entry);
 }
