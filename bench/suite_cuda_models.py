@@ -154,12 +154,15 @@ def _without_progress(text):
 
 
 def luminal_run(binary: Path, model_dir: Path, prompt: str, cache_dir: Path, search_s: float, timeout_s: float):
-    """One `luminal generate --device cuda` process: the prompt twice on the compiled model.
-    The first run of a prompt length resolves and allocates its plan; TTFT and TPOT are the
-    second's (as the peers' are medians after a warm-up); compile time is the process's."""
+    """One `luminal generate --device cuda` process: the prompt three times on the compiled
+    model. The first run of a prompt length resolves and allocates its plan and runs eagerly,
+    the second captures and instantiates its CUDA graph (host work a server pays once per
+    length), the third replays it: TTFT and TPOT are the third's, as the peers' are medians
+    after warm-up runs; the first's and second's TTFT are reported beside it. Compile time is
+    the process's."""
     env = dict(os.environ, LUMINAL_CACHE_DIR=str(cache_dir))
     cmd = [str(binary), "generate", "--device", "cuda", "--model", str(model_dir), "--prompt", prompt,
-           "--prompt", prompt, "--max-tokens", str(NEW_TOKENS), "--temperature", "0",
+           "--prompt", prompt, "--prompt", prompt, "--max-tokens", str(NEW_TOKENS), "--temperature", "0",
            "--search-seconds", str(search_s), "--verbose"]
     t0 = time.perf_counter()
     try:
@@ -186,7 +189,7 @@ def luminal_run(binary: Path, model_dir: Path, prompt: str, cache_dir: Path, sea
     split = re.findall(r"TPOT split: (.*)", out)
     if not ttft or not compile_ms:
         raise RuntimeError(f"luminal generate printed no TTFT/compile lines: {out[-1500:]}")
-    return {"ttft_ms": ttft[-1], "ttft_first_ms": ttft[0], "tpot_ms": tpot[-1] if tpot else None,
+    return {"ttft_ms": ttft[-1], "ttft_first_ms": ttft[0], "ttft_second_ms": ttft[1] if len(ttft) > 2 else None, "tpot_ms": tpot[-1] if tpot else None,
             "compile_ms": compile_ms[0], "prompt_tokens": prompt_tokens[-1] if prompt_tokens else None,
             "generated": generated[-1] if generated else None, "wall_s": round(wall, 2),
             "compile_report": report[0][:600] if report else None, "tpot_split": split[-1] if split else None}
@@ -402,6 +405,7 @@ def main():
     line("ttft_prompt512", warm.get("ttft_ms"), "ms", {"torch_eager": peers.get("ttft_eager"),
                                                        "torch_compile": peers.get("ttft_compile")},
          prompt_tokens=warm.get("prompt_tokens"), ttft_first_prompt_ms=warm.get("ttft_first_ms"),
+         ttft_second_prompt_ms=warm.get("ttft_second_ms"),
          target="<= 12 ms and faster than torch.compile")
     compile_peer = peers.get("compile_s_torch")
     cold = ours.get("cold", {})
