@@ -12,41 +12,6 @@ namespace lk {
 
 constexpr int kGemvWarps = 8;
 
-// Bytes of weights a launch prefetches into L2 before it waits for the kernel before it:
-// about what HBM delivers while a decode step's short kernels (a norm, attention, SwiGLU)
-// run, and a fraction of the 60 MB L2, so prefetched lines are still there when read.
-constexpr long long kGemvPrefetchBytes = 16ll << 20;
-
-// Programmatic dependent launch starts a GEMV's blocks while the previous kernel still runs,
-// and they sit in LK_GRID_ENTER until it completes. Before that, each warp asks L2 for the
-// first part of its weight slices (all of them when the launch's weights fit the budget,
-// else the same share of each), so the weights stream from HBM during the previous
-// kernel's latency-bound tail instead of after it. An L2 prefetch cannot read stale data
-// (L2 is where every SM's writes land, and it fills no L1), so it is safe even when w is
-// written by the kernel before (an attention product over a KV cache). 16-byte-aligned
-// rows only (the vectorised path); `total_rows` is every row the launch reads.
-template <class TW, int RPW>
-__device__ __forceinline__ void gemv_prefetch(const TW* __restrict__ w, int N, int K, int ksplit, long long block,
-                                              long long total_rows) {
-  const int warp = threadIdx.x >> 5;
-  const int lane = threadIdx.x & 31;
-  const long long n0 = (block * (kGemvWarps / ksplit) + warp / ksplit) * RPW;
-  const long long row_bytes = (long long)K * sizeof(TW);
-  const long long slice_bytes = (row_bytes + ksplit - 1) / ksplit;
-  const long long launch_bytes = total_rows * row_bytes;
-  const long long wanted =
-      launch_bytes <= kGemvPrefetchBytes ? slice_bytes : slice_bytes * kGemvPrefetchBytes / launch_bytes;
-  const long long first = (warp % ksplit) * slice_bytes;
-  const long long bytes = min(wanted, row_bytes - first);
-#pragma unroll
-  for (int r = 0; r < RPW; ++r) {
-    if (n0 + r >= N) break;
-    const char* start = reinterpret_cast<const char*>(w + (n0 + r) * K) + first;
-    for (long long off = (long long)lane * 128; off < bytes; off += 32 * 128)
-      asm volatile("prefetch.global.L2 [%0];" ::"l"(start + off));
-  }
-}
-
 template <class T, class TW, int MMAX, int RPW, int ACT, int UNROLL>
 __device__ __forceinline__ void gemv(const T* __restrict__ x, const TW* __restrict__ w,
                                      const T* __restrict__ bias, const T* __restrict__ residual,
@@ -157,7 +122,6 @@ __device__ __forceinline__ void gemv(const T* __restrict__ x, const TW* __restri
   extern "C" __global__ void __launch_bounds__(lk::kGemvWarps * 32)                                   \
       NAME(const T* x, const TW* w, const T* bias, const T* residual, T* y, int M, int N, int K,       \
            int ksplit, int vectorized) {                                                              \
-    if (vectorized) lk::gemv_prefetch<TW, RPW>(w, N, K, ksplit, blockIdx.x, N);                        \
     LK_GRID_ENTER();                                                                                   \
     lk::gemv<T, TW, MMAX, RPW, ACT, UNROLL>(x, w, bias, residual, y, M, N, K, ksplit, vectorized, blockIdx.x); \
   }
@@ -169,21 +133,19 @@ __device__ __forceinline__ void gemv(const T* __restrict__ x, const TW* __restri
   extern "C" __global__ void __launch_bounds__(lk::kGemvWarps * 32)                                   \
       NAME(const T* x, const TW* w0, const TW* w1, const TW* w2, const TW* w3, T* y0, T* y1, T* y2, T* y3, \
            int n0, int n1, int n2, int n3, int M, int K, int ksplit, int vectorized) {                 \
+    LK_GRID_ENTER();                                                                                   \
     const int rows_per_block = (lk::kGemvWarps / ksplit) * RPW;                                        \
     const TW* w[4] = {w0, w1, w2, w3};                                                                 \
     T* y[4] = {y0, y1, y2, y3};                                                                        \
     const int n[4] = {n0, n1, n2, n3};                                                                 \
     long long block = blockIdx.x;                                                                      \
-    int p = 0;                                                                                         \
-    for (; p < 4; ++p) {                                                                               \
+    for (int p = 0; p < 4; ++p) {                                                                      \
       const long long blocks = (n[p] + rows_per_block - 1) / rows_per_block;                           \
-      if (block < blocks) break;                                                                       \
+      if (block < blocks) {                                                                            \
+        lk::gemv<T, TW, MMAX, RPW, 0, UNROLL>(x, w[p], nullptr, nullptr, y[p], M, n[p], K, ksplit,      \
+                                              vectorized, block);                                      \
+        return;                                                                                        \
+      }                                                                                                \
       block -= blocks;                                                                                 \
     }                                                                                                  \
-    if (p < 4 && vectorized)                                                                           \
-      lk::gemv_prefetch<TW, RPW>(w[p], n[p], K, ksplit, block, (long long)n0 + n1 + n2 + n3);          \
-    LK_GRID_ENTER();                                                                                   \
-    if (p == 4) return;                                                                                \
-    lk::gemv<T, TW, MMAX, RPW, 0, UNROLL>(x, w[p], nullptr, nullptr, y[p], M, n[p], K, ksplit, vectorized, \
-                                          block);                                                      \
   }
