@@ -1550,32 +1550,16 @@ std::string Expression::c_prelude() {
 #endif
 /* Floor division / modulo (Python semantics: the modulo has the sign of the divisor).
    Branch-free: a select inside a vector loop (the causal mask's p + row % s) stopped GCC
-   from vectorising it. A GPU divides 64-bit integers in a software routine several times
-   longer than its 32-bit one, and an index divided by a dynamic dim per element made RoPE
-   and the causal softmax compute-bound: there, operands that both fit in 31 bits (so they
-   are nonnegative, and floor, ceiling and truncation are plain unsigned division) divide
-   in 32 bits. LM_DIVIDE_IN_32_BITS turns that path on elsewhere (tests). */
-#if defined(__CUDA_ARCH__) || defined(LM_DIVIDE_IN_32_BITS)
-#define LM_FITS_31_BITS(a, b) (((((unsigned long long)(a)) | ((unsigned long long)(b))) >> 31) == 0 && (b) != 0)
-#define LM_DIVIDE_32(a, b, expr) \
-  if (LM_FITS_31_BITS(a, b)) { const unsigned ua = (unsigned)(a), ub = (unsigned)(b); return (long long)(expr); }
-#else
-#define LM_DIVIDE_32(a, b, expr)
-#endif
+   from vectorising it. */
 LM_EXPR_FN long long lm_floordiv(long long a, long long b) {
-  LM_DIVIDE_32(a, b, ua / ub)
   const long long q = a / b, r = a - q * b;
   return q - (long long)((r != 0) & ((r ^ b) < 0));
 }
 LM_EXPR_FN long long lm_floormod(long long a, long long b) {
-  LM_DIVIDE_32(a, b, ua % ub)
   const long long r = a % b;
   return r + (b & -(long long)((r != 0) & ((r ^ b) < 0)));
 }
-LM_EXPR_FN long long lm_ceildiv(long long a, long long b) {
-  LM_DIVIDE_32(a, b, ua / ub + (ua % ub != 0u))
-  return -lm_floordiv(-a, b);
-}
+LM_EXPR_FN long long lm_ceildiv(long long a, long long b) { return -lm_floordiv(-a, b); }
 LM_EXPR_FN long long lm_min(long long a, long long b) { return a < b ? a : b; }
 LM_EXPR_FN long long lm_max(long long a, long long b) { return a > b ? a : b; }
 #endif

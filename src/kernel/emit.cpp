@@ -544,7 +544,16 @@ class Emitter {
     const std::string decl = "const " + std::string(value_type(s.dtype)) + " " + v + " = ";
     switch (s.kind) {
       case StmtKind::Load: {
-        std::string ref = buffer_name(static_cast<size_t>(s.buffer)) + "[" + expr(s.index) + "]";
+        std::string at = expr(s.index);
+        if (d_.cuda && !(s.guard == Expression(1))) {
+          // The index outside the guard: a compiler may not move a division out of a
+          // condition (on a CPU it could trap), so each guarded load divided on its own (a
+          // prefill RoPE element computed 12 divisions instead of the 3 its loads share).
+          // On a GPU an integer division never traps, and the unguarded index is not read.
+          line("const long long " + v + "_at = " + at + ";");
+          at = v + "_at";
+        }
+        std::string ref = buffer_name(static_cast<size_t>(s.buffer)) + "[" + at + "]";
         std::string load = s.dtype == DType::F16    ? "lm_f16_to_f32(" + ref + ")"
                            : s.dtype == DType::BF16 ? "lm_bf16_to_f32(" + ref + ")"
                            : s.dtype == DType::Bool ? "(" + ref + " != 0)"
