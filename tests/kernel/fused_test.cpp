@@ -1,6 +1,7 @@
 // Fused regions (elementwise chains, softmax, RMSNorm, layer norm, mean/var, gather +
 // elementwise, matmul), the fuse API, what lowering refuses, determinism and the text form.
 #include <optional>
+#include <sstream>
 
 #include "harness.hpp"
 #include "luminal/kernel/fusion.hpp"
@@ -293,6 +294,36 @@ TEST(KernelFused, LoopVariablesDividedByTheirExtentFoldAndRowDivisionsAreHoisted
   batch.add("causal softmax over dynamic keys", Region{cx},
             {{{"seq", 3}, {"keys", 5}}, {{"seq", 4}, {"keys", 70}}, {{"seq", 2}, {"keys", 1}}}, plain_data);
   batch.run(test_compiler());
+}
+
+// CUDA: a load through a padded view computes its index before its guard, so that the loads
+// of one element share their divisions by dynamic dims (a compiler does not hoist a
+// division out of a condition; RoPE's six guarded loads divided 12 times per element). C++
+// keeps the index inside the guard: a division there could trap when the guard is false.
+TEST(KernelFused, CudaGuardedLoadsComputeTheirIndexBeforeTheGuard) {
+  Graph cx;
+  auto x = cx.tensor({4, kSeq});
+  auto y = cx.tensor({4, kSeq});
+  (x.pad(1, 1, 2) * y.pad(1, 2, 1) + x.pad(1, 3, 0)).output();
+  auto k = lower(Region{cx});
+  ASSERT_TRUE(k);
+  const std::string cuda = emit_cuda(*k, "k"), cpp = emit_cpp(*k, "k");
+  int guarded = 0;
+  std::istringstream lines(cuda);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.find(" ? ") == std::string::npos || line.find("in") == std::string::npos ||
+        (line.find("in0[") == std::string::npos && line.find("in1[") == std::string::npos))
+      continue;
+    ++guarded;
+    // The guard (before " ? ") may divide: it is computed anyway. What it guards may not.
+    const std::string guarded_part = line.substr(line.find(" ? "));
+    EXPECT_NE(guarded_part.find("_at]"), std::string::npos) << "a guarded load indexes in place: " << line;
+    EXPECT_EQ(guarded_part.find("lm_floor"), std::string::npos) << "a division under a guard: " << line;
+  }
+  EXPECT_EQ(guarded, 3) << cuda;
+  EXPECT_NE(cuda.find("_at = "), std::string::npos) << cuda;
+  EXPECT_EQ(cpp.find("_at = "), std::string::npos) << cpp;
+  EXPECT_NE(cpp.find(" ? "), std::string::npos) << cpp;
 }
 
 // An elementwise kernel runs in blocks of its output's last dim (Kernel::row_block) on the
