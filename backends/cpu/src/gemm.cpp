@@ -1,7 +1,7 @@
 // The GEMM driver: validation, ISA choice, blocking, packing and threading. The inner
 // loops live in the per-ISA kernel tables (kernels_*.cpp).
 //
-// Blocked path (BLIS-style): for each block of kNc columns and kKc depth steps, B is
+// Blocked path (BLIS-style): for each block of kNc columns and Kernels::kc depth steps, B is
 // packed into kc x NR panels (converted to F32 on the way) and A into MR x kc panels,
 // both in parallel; then tasks over (batch, block of kMcRows rows, range of B panels)
 // run the micro-kernel over their tiles, B panel outer so it stays in L1 while the A
@@ -26,7 +26,6 @@
 namespace luminal::cpu {
 namespace {
 
-constexpr int64_t kKc = 256;           // depth per packed block
 constexpr int64_t kMcRows = 144;       // rows per task block (rounded down to MR)
 constexpr int64_t kNc = 4096;          // columns per packed B block
 constexpr int64_t kGemvMaxRows = 8;      // m at or below this takes the GEMV path (measured: docs/CPU_BACKEND.md)
@@ -98,7 +97,8 @@ void pack_b_panel(const detail::Kernels& kern, const GemmArgs& g, int64_t batch,
     // since the hardware prefetcher has no time to learn such short streams.
     constexpr int64_t kColumnsAhead = 4;
     const int64_t run_bytes = kc * static_cast<int64_t>(dtype_bytes(g.b_dtype));
-    alignas(64) float column[kKc];
+    LUMINAL_ASSERT(kc <= detail::kMaxDepthBlock, "depth block ", kc, " exceeds the column buffer");
+    alignas(64) float column[detail::kMaxDepthBlock];
     for (int64_t j = 0; j < nr; ++j) {
       if (j + kColumnsAhead < nv) {
         const char* ahead = static_cast<const char*>(b_element(g, batch, pc, j0 + j + kColumnsAhead));
@@ -175,7 +175,8 @@ void gemm_blocked(const detail::Kernels& kern, const GemmArgs& g, ThreadPool& po
   const int64_t m_panels = ceil_div(g.m, mr);
   const int64_t m_blocks = ceil_div(g.m, mc);
   const bool b_broadcast = g.b_batch_stride == 0;
-  const int64_t kc_max = std::min(kKc, g.k);
+  const int64_t depth_block = kern.kc;
+  const int64_t kc_max = std::min(depth_block, g.k);
   const int64_t nc_max = round_up(std::min(kNc, g.n), nr);
   const int64_t a_floats = round_up(m_panels * mr * kc_max, 16);  // keeps B panels 64-byte aligned
   const PackedB* pre = g.packed_b;
@@ -199,8 +200,8 @@ void gemm_blocked(const detail::Kernels& kern, const GemmArgs& g, ThreadPool& po
       const int64_t n_splits =
           std::clamp<int64_t>(ceil_div(want, gb * m_blocks), 1, std::max<int64_t>(1, n_panels / 4));
       const int64_t panels_per_split = ceil_div(n_panels, n_splits);
-      for (int64_t pc = 0; pc < g.k; pc += kKc) {
-        const int64_t kc = std::min(kKc, g.k - pc);
+      for (int64_t pc = 0; pc < g.k; pc += depth_block) {
+        const int64_t kc = std::min(depth_block, g.k - pc);
         const bool first = pc == 0, last = pc + kc == g.k;
         // Pack: B panels of every distinct batch, then A panels of every batch.
         const BPacking bp = b_packing(g, kc, n_panels);
@@ -495,8 +496,8 @@ PackedB pack_b(const GemmArgs& g) {
   ThreadPool& pool = ThreadPool::global();
   for (int64_t jc = 0; jc < g.n; jc += kNc) {
     const int64_t nc = std::min(kNc, g.n - jc);
-    for (int64_t pc = 0; pc < g.k; pc += kKc) {
-      const int64_t kc = std::min(kKc, g.k - pc);
+    for (int64_t pc = 0; pc < g.k; pc += kern.kc) {
+      const int64_t kc = std::min<int64_t>(kern.kc, g.k - pc);
       const BPacking bp = b_packing(g, kc, ceil_div(nc, kern.nr));
       float* dst = panels + packed_block_offset(g, kern.nr, jc, pc);
       pool.parallel_for(0, bp.items_per_copy, 4, [&](int64_t begin, int64_t end) {

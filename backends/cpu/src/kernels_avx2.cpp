@@ -75,7 +75,7 @@ void micro(int64_t kc, const float* a, const float* b, float* c, int64_t ldc, bo
 }  // namespace
 
 const Kernels& avx2_kernels() {
-  static const Kernels table{Isa::Avx2, kMr, kNr, micro, convert_any, gemv_rows, gemv_cols, epilogue, nullptr};
+  static const Kernels table{Isa::Avx2, kMr, kNr, 384, micro, convert_any, gemv_rows, gemv_cols, epilogue, nullptr};
   return table;
 }
 

@@ -104,7 +104,7 @@ void micro_rows(int64_t rows, int64_t kc, const float* a, const float* b, float*
 }  // namespace
 
 const Kernels& avx512_kernels() {
-  static const Kernels table{Isa::Avx512, kMr, kNr, micro, convert_any, gemv_rows, gemv_cols, epilogue, micro_rows};
+  static const Kernels table{Isa::Avx512, kMr, kNr, 256, micro, convert_any, gemv_rows, gemv_cols, epilogue, micro_rows};
   return table;
 }
 

@@ -78,7 +78,7 @@ void micro(int64_t kc, const float* a, const float* b, float* c, int64_t ldc, bo
 void unsupported_b_dtype(DType dt) { LUMINAL_ASSERT(false, "cpu kernels: B dtype ", dtype_name(dt), " reached a kernel"); }
 
 const Kernels& generic_kernels() {
-  static const Kernels table{Isa::Generic, kMr, kNr, micro, convert_any, gemv_rows, gemv_cols, epilogue, nullptr};
+  static const Kernels table{Isa::Generic, kMr, kNr, 256, micro, convert_any, gemv_rows, gemv_cols, epilogue, nullptr};
   return table;
 }
 
