@@ -24,19 +24,16 @@
 namespace luminal::kernel {
 namespace {
 
-// exp2 and log2 of F32 values. The CPU evaluates them in float (two ulp, 16 lanes per
-// AVX-512 vector); CUDA keeps the double-precision versions, bit-identical to the reference.
+// exp2 and log2 of F32 values, evaluated in float by both dialects (two ulp; 16 lanes per
+// AVX-512 vector on the CPU; on the GPU the double-precision versions made a prefill's causal
+// softmax, SwiGLU and RoPE several times their bytes' time: FP64 runs at half FP32's rate and
+// needs twice the registers).
 constexpr std::string_view kExpLog2Float = R"(/* exp2 and log2 of a float, evaluated in float by branch-free polynomials the compiler
    vectorises (16 lanes with AVX-512; libm's exp2f/log2f are calls, one element at a time).
    Both are within 2 ulp of the exact value for every float, subnormal results included
    (CpuTranscendentals tests sweep the bit patterns against double-precision exp2/log2).
    Special values as IEEE: NaN -> NaN; exp2: -inf -> +0, +inf and overflow -> +inf,
    underflow -> a subnormal or 0; log2: +-0 -> -inf, x < 0 -> NaN, +inf -> +inf. */
-#ifdef __FMA__
-#define LM_FMAF(a, b, c) __builtin_fmaf(a, b, c)
-#else
-#define LM_FMAF(a, b, c) ((a) * (b) + (c))
-#endif
 LM_FN float lm_exp2f(float x) {
   /* x clamped to [-151, 129] (2^-151 rounds to 0 and 2^129 to inf) by integer minima of its
      bits, one instruction each: as unsigned, every x below -151 (-inf included) lies above
@@ -84,71 +81,11 @@ LM_FN float lm_log2f(float x) {
   /* 2/ln 2 as a float plus its rounding error, so the leading term is rounded once. */
   const float lg = LM_FMAF(s, 2.88539004325866699f, s * LM_FMAF(s2, p, 3.8519260e-08f));
   float r = (float)e + lg;
-  r = x == 0.0f ? -__builtin_inff() : r;
-  r = x < 0.0f ? __builtin_nanf("") : r;
-  r = x == __builtin_inff() ? x : r;
+  r = x == 0.0f ? -LM_INF_F : r;
+  r = x < 0.0f ? LM_NAN_F : r;
+  r = x == LM_INF_F ? x : r;
   r = x != x ? x : r;
   return r;
-}
-)";
-constexpr std::string_view kExpLog2Double = R"(/* exp2 and log2 of a float, evaluated in double by branch-free code the compiler can
-   vectorise (libm's exp2f/log2f are calls, one element at a time). The double result is
-   within a few double ulps of the exact value, so rounding it to float gives what the
-   reference gives ((float)exp2((double)x)) except when the exact value lies within ~1e-15
-   relative of a float rounding boundary. Special values: NaN -> NaN; exp2: -inf -> +0,
-   +inf and overflow -> +inf, underflow -> 0 or a correctly rounded subnormal; log2: +-0 ->
-   -inf, x < 0 -> NaN, +inf -> +inf, subnormals exact (they are normal doubles). */
-LM_FN float lm_exp2f(float xf) {
-  double x = (double)xf;
-  x = x < -160.0 ? -160.0 : x;  /* float results past these bounds are 0 / inf; NaN passes */
-  x = x > 160.0 ? 160.0 : x;
-  const double shifter = 6755399441055744.0; /* 1.5 * 2^52: adding it rounds to an integer */
-  const double t = x + shifter;
-  const double n = t - shifter;
-  const double f = x - n; /* in [-0.5, 0.5] */
-  /* 2^f: a degree-10 polynomial interpolating at Chebyshev nodes (relative error < 4e-16). */
-  double p = 7.072585949269223e-09;
-  p = LM_FMA(p, f, 1.0208690299958306e-07);
-  p = LM_FMA(p, f, 1.321544258792169e-06);
-  p = LM_FMA(p, f, 1.5252657260200837e-05);
-  p = LM_FMA(p, f, 0.0001540353044173605);
-  p = LM_FMA(p, f, 0.0013333558230164974);
-  p = LM_FMA(p, f, 0.009618129107606888);
-  p = LM_FMA(p, f, 0.05550410866444772);
-  p = LM_FMA(p, f, 0.24022650695910097);
-  p = LM_FMA(p, f, 0.69314718055995);
-  p = LM_FMA(p, f, 1.0);
-  const long long ni = (long long)(LM_D2U(t) - LM_D2U(shifter));
-  const double scale = LM_U2D((unsigned long long)(ni + 1023) << 52);
-  return (float)(p * scale);
-}
-LM_FN float lm_log2f(float xf) {
-  const double x = (double)xf;
-  const unsigned long long u = LM_D2U(x);
-  long long e = (long long)((u >> 52) & 0x7ffu) - 1023;
-  double m = LM_U2D((u & 0x000fffffffffffffULL) | 0x3ff0000000000000ULL); /* [1, 2) */
-  const bool high = m > 1.4142135623730951;
-  m = high ? m * 0.5 : m;
-  e = high ? e + 1 : e;
-  /* log(m) = 2 atanh(s), s = (m - 1) / (m + 1), |s| < 0.172: the series to s^19. */
-  const double s = (m - 1.0) / (m + 1.0), s2 = s * s;
-  double p = 1.0 / 19.0;
-  p = LM_FMA(p, s2, 1.0 / 17.0);
-  p = LM_FMA(p, s2, 1.0 / 15.0);
-  p = LM_FMA(p, s2, 1.0 / 13.0);
-  p = LM_FMA(p, s2, 1.0 / 11.0);
-  p = LM_FMA(p, s2, 1.0 / 9.0);
-  p = LM_FMA(p, s2, 1.0 / 7.0);
-  p = LM_FMA(p, s2, 1.0 / 5.0);
-  p = LM_FMA(p, s2, 1.0 / 3.0);
-  const double k = s * 2.8853900817779268; /* 2/ln 2 */
-  const double lg = LM_FMA(k, s2 * p, k);
-  double r = (double)e + lg;
-  r = xf == 0.0f ? -LM_INF_D : r;
-  r = xf < 0.0f ? LM_NAN_D : r;
-  r = x == LM_INF_D ? LM_INF_D : r;
-  r = xf != xf ? x : r;
-  return (float)r;
 }
 )";
 
@@ -161,7 +98,7 @@ struct Dialect {
   std::string_view inf_f, nan_f, inf_d, nan_d;
   std::string_view report;     // lm_report: the first error claims the record (docs/KERNEL_IR.md)
   std::string_view warp_helpers;  // lane reductions (CUDA only)
-  std::string_view exp_log2;   // lm_exp2f, lm_log2f
+  std::string_view sin_f32;    // lm_sin of a float
   bool lanes = false;          // a warp shares one row: top-level reductions and cols stride by 32
   bool cuda = false;
 };
@@ -171,7 +108,8 @@ constexpr Dialect kCpp{
     "static inline",
     "lm_f2u_", "lm_u2f_",
     "lm_d2u_", "lm_u2d_",
-    "#ifdef __FMA__\n#define LM_FMA(a, b, c) __builtin_fma(a, b, c)\n#else\n#define LM_FMA(a, b, c) ((a) * (b) + (c))\n#endif\n",
+    "#ifdef __FMA__\n#define LM_FMA(a, b, c) __builtin_fma(a, b, c)\n#define LM_FMAF(a, b, c) __builtin_fmaf(a, b, c)\n"
+    "#else\n#define LM_FMA(a, b, c) ((a) * (b) + (c))\n#define LM_FMAF(a, b, c) ((a) * (b) + (c))\n#endif\n",
     "__builtin_inff()", "__builtin_nanf(\"\")", "__builtin_inf()", "__builtin_nan(\"\")",
     R"(LM_FN bool lm_claim(int* err, int code) {
   int expected = 0;
@@ -179,7 +117,9 @@ constexpr Dialect kCpp{
 }
 )",
     "",
-    kExpLog2Float,
+    /* sin of a float through double, then rounded: the correctly rounded result the
+       reference gives (libm's sinf is a call as well, and not correctly rounded everywhere). */
+    "LM_FN float lm_sin(float a) { return (float)sin((double)a); }\n",
     false,
     false,
 };
@@ -189,7 +129,7 @@ constexpr Dialect kCuda{
     "static __device__ __forceinline__",
     "__float_as_uint", "__uint_as_float",
     "(unsigned long long)__double_as_longlong", "lm_u2d_",
-    "#define LM_FMA(a, b, c) fma(a, b, c)\n",
+    "#define LM_FMA(a, b, c) fma(a, b, c)\n#define LM_FMAF(a, b, c) fmaf(a, b, c)\n",
     "__int_as_float(0x7f800000)", "__int_as_float(0x7fffffff)", "__longlong_as_double(0x7ff0000000000000LL)",
     "__longlong_as_double(0x7fffffffffffffffLL)",
     R"(LM_FN bool lm_claim(int* err, int code) { return atomicCAS(err, 0, code) == 0; }
@@ -228,7 +168,9 @@ LM_BLOCK_REDUCE(lm_block_max, lm_lane_max, float, lm_rmax)
 LM_BLOCK_REDUCE(lm_block_max, lm_lane_max, double, lm_rmax)
 LM_BLOCK_REDUCE(lm_block_max, lm_lane_max, long long, lm_rmax)
 )",
-    kExpLog2Double,
+    /* CUDA's sinf: within 2 ulp over the whole range (a slow path reduces |a| > 105615);
+       sin in double took RoPE's prefill kernels several times their bytes' time. */
+    "LM_FN float lm_sin(float a) { return sinf(a); }\n",
     true,
     true,
 };
@@ -277,9 +219,6 @@ LM_FN long long lm_imod(long long a, long long b, int* err, bool active) {
   return r;
 }
 LM_FN float lm_recip(float a) { return 1.0f / a; }
-/* sin of a float through double, then rounded: the correctly rounded result the reference
-   gives (sinf is not correctly rounded everywhere). */
-LM_FN float lm_sin(float a) { return (float)sin((double)a); }
 LM_FN double lm_sin(double a) { return sin(a); }
 LM_FN double lm_recip(double a) { return 1.0 / a; }
 /* Max that propagates NaN. */
@@ -358,7 +297,8 @@ class Emitter {
         << d_.includes;
     os_ << "#define LM_FN " << d_.fn << "\n#define LM_F2U " << d_.f2u << "\n#define LM_U2F " << d_.u2f
         << "\n#define LM_D2U " << d_.d2u << "\n#define LM_U2D " << d_.u2d << "\n#define LM_INF_D (" << d_.inf_d
-        << ")\n#define LM_NAN_D (" << d_.nan_d << ")\n" << d_.fma;
+        << ")\n#define LM_NAN_D (" << d_.nan_d << ")\n#define LM_INF_F (" << d_.inf_f << ")\n#define LM_NAN_F ("
+        << d_.nan_f << ")\n" << d_.fma;
     if (!d_.cuda)
       os_ << "LM_FN unsigned lm_f2u_(float f) { return __builtin_bit_cast(unsigned, f); }\n"
              "LM_FN float lm_u2f_(unsigned u) { return __builtin_bit_cast(float, u); }\n"
@@ -366,7 +306,7 @@ class Emitter {
              "LM_FN double lm_u2d_(unsigned long long u) { return __builtin_bit_cast(double, u); }\n";
     else
       os_ << "LM_FN double lm_u2d_(unsigned long long u) { return __longlong_as_double((long long)u); }\n";
-    os_ << Expression::c_prelude() << d_.report << kHelpers << d_.exp_log2 << d_.warp_helpers << "#endif\n";
+    os_ << Expression::c_prelude() << d_.report << kHelpers << d_.sin_f32 << kExpLog2Float << d_.warp_helpers << "#endif\n";
     if (d_.cuda) cuda_entry();
     else cpp_entry();
     return os_.str();
