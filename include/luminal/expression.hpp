@@ -78,7 +78,12 @@ class Expression {
   // C/CUDA source: uses int64 arithmetic, floor semantics through helper macros
   // lm_floordiv/lm_floormod/lm_min/lm_max (see c_prelude()), or `>>` and `&` for a
   // constant power-of-two divisor; `var_name` maps variable names to C identifiers.
-  std::string to_c(const std::function<std::string(const std::string&)>& var_name = {}) const;
+  // `divisor`, when given, may name a precomputed divisor for the divisor of a floor
+  // division or modulo: a non-empty name N renders them as lm_floordiv_inv(a, N) and
+  // lm_floormod_inv(a, N), helpers the caller defines (the CUDA emitter's invariant
+  // divisors, docs/KERNEL_IR.md).
+  std::string to_c(const std::function<std::string(const std::string&)>& var_name = {},
+                   const std::function<std::string(const Expression&)>& divisor = {}) const;
   static std::string c_prelude();
 
   size_t hash() const;

@@ -1443,8 +1443,9 @@ void print(std::ostream& os, const ExprNode* n) {
   }
 }
 
-void emit_c(std::ostream& os, const ExprNode* n, const std::function<std::string(const std::string&)>& var_name) {
-  auto kid = [&](size_t i) { emit_c(os, n->kids[i].node(), var_name); };
+void emit_c(std::ostream& os, const ExprNode* n, const std::function<std::string(const std::string&)>& var_name,
+            const std::function<std::string(const Expression&)>& divisor) {
+  auto kid = [&](size_t i) { emit_c(os, n->kids[i].node(), var_name, divisor); };
   switch (n->kind) {
     case ExprKind::Num:
       if (n->value == kI64Min) os << "(-9223372036854775807LL - 1LL)";
@@ -1480,6 +1481,14 @@ void emit_c(std::ostream& os, const ExprNode* n, const std::function<std::string
         if (n->kind == ExprKind::Div) os << " >> " << std::countr_zero(static_cast<uint64_t>(b)) << ')';
         else os << " & " << b - 1 << "LL)";
         return;
+      }
+      if (n->kind != ExprKind::CeilDiv && divisor) {
+        if (const std::string name = divisor(n->kids[1]); !name.empty()) {
+          os << (n->kind == ExprKind::Div ? "lm_floordiv_inv(" : "lm_floormod_inv(");
+          kid(0);
+          os << ", " << name << ')';
+          return;
+        }
       }
       os << (n->kind == ExprKind::Div ? "lm_floordiv(" : (n->kind == ExprKind::Mod ? "lm_floormod(" : "lm_ceildiv("));
       kid(0);
@@ -1534,9 +1543,10 @@ std::string Expression::to_string() const {
   return os.str();
 }
 
-std::string Expression::to_c(const std::function<std::string(const std::string&)>& var_name) const {
+std::string Expression::to_c(const std::function<std::string(const std::string&)>& var_name,
+                             const std::function<std::string(const Expression&)>& divisor) const {
   std::ostringstream os;
-  emit_c(os, node_, var_name);
+  emit_c(os, node_, var_name, divisor);
   return os.str();
 }
 

@@ -3,6 +3,7 @@
 // Everything that is the same in both languages (statement rendering, value types,
 // op spellings, numeric helpers) lives in the base; a Dialect holds the spellings that
 // differ (qualifiers, bit casts, infinities, the entry point and loop headers).
+#include <algorithm>
 #include <cctype>
 #include <cmath>
 #include <cstdint>
@@ -143,6 +144,27 @@ constexpr Dialect kCuda{
 #else
 #define LM_GRID_ENTER()
 #endif
+/* Division by an invariant divisor (Kernel: invariant_divisors): the launch passes the
+   divisor d and m = ceil(2^62 / d) (0 when d is outside [1, 2^31]); for 0 <= a < 2^31,
+   floor(a / d) = floor(a m / 2^62) = the high word of (4a) m, a few multiply-adds where a
+   64-bit division is a subroutine of dozens of instructions. Anything else divides. */
+struct lm_divisor { long long d; unsigned long long m; };
+LM_FN unsigned long long lm_umulhi(unsigned long long a, unsigned long long b) {
+#if defined(__CUDA_ARCH__)
+  return __umul64hi(a, b);
+#else
+  return (unsigned long long)(((unsigned __int128)a * b) >> 64);
+#endif
+}
+LM_FN long long lm_floordiv_inv(long long a, lm_divisor v) {
+  if (v.m != 0ULL && (unsigned long long)a < 0x80000000ULL) return (long long)lm_umulhi((unsigned long long)a << 2, v.m);
+  return lm_floordiv(a, v.d);
+}
+LM_FN long long lm_floormod_inv(long long a, lm_divisor v) {
+  if (v.m != 0ULL && (unsigned long long)a < 0x80000000ULL)
+    return a - (long long)lm_umulhi((unsigned long long)a << 2, v.m) * v.d;
+  return lm_floormod(a, v.d);
+}
 LM_FN double lm_lane_sum(double a) { for (int o = 16; o > 0; o >>= 1) a += __shfl_xor_sync(0xffffffffu, a, o); return a; }
 LM_FN long long lm_lane_sum(long long a) { for (int o = 16; o > 0; o >>= 1) a = (long long)((unsigned long long)a + (unsigned long long)__shfl_xor_sync(0xffffffffu, a, o)); return a; }
 LM_FN float lm_lane_max(float a) { for (int o = 16; o > 0; o >>= 1) a = lm_rmax(a, __shfl_xor_sync(0xffffffffu, a, o)); return a; }
@@ -285,6 +307,7 @@ constexpr Spelling kFloatOps[] = {
 class Emitter {
  public:
   Emitter(const Kernel& k, const Dialect& d, std::string_view name) : k_(k), d_(d), name_(name) {
+    if (d.cuda) divisors_ = invariant_divisors(k);
     for (const auto& p : k.phases) {
       collect_types(p.row_body);
       collect_types(p.col_body);
@@ -315,8 +338,13 @@ class Emitter {
  private:
   // ---- entry points ----
   void dims_prologue(std::string_view source) {
-    for (size_t i = 0; i < k_.dim_names.size(); ++i)
+    const size_t n = k_.dim_names.size();
+    for (size_t i = 0; i < n; ++i)
       line("const long long D" + std::to_string(i) + " = (long long)" + std::string(source) + "[" + std::to_string(i) + "];");
+    for (size_t i = 0; i < divisors_.size(); ++i)
+      line("const lm_divisor lm_dv" + std::to_string(i) + " = {(long long)" + std::string(source) + "[" +
+           std::to_string(n + 2 * i) + "], (unsigned long long)" + std::string(source) + "[" + std::to_string(n + 2 * i + 1) +
+           "]};");
   }
   std::string buffer_decl(size_t slot, DType dt, bool output) const {
     return std::string(output ? "" : "const ") + std::string(storage_type(dt)) + "* " + (d_.cuda ? "__restrict__ " : "__restrict ") +
@@ -724,13 +752,18 @@ class Emitter {
       e = fold_loop_extent(
           e.substitute(kRowVar, Expression::var("$lm_o") * row_block_ + Expression::var("$lm_i")).simplify(), "$lm_i",
           row_block_);
-    return e.to_c([this](const std::string& name) -> std::string {
-      if (!name.empty() && name[0] == '$') return name.substr(1);
-      for (size_t i = 0; i < k_.dim_names.size(); ++i)
-        if (k_.dim_names[i] == name) return "D" + std::to_string(i);
-      LUMINAL_ASSERT(false, "kernel expression uses unknown variable ", name);
-      return "";
-    });
+    return e.to_c(
+        [this](const std::string& name) -> std::string {
+          if (!name.empty() && name[0] == '$') return name.substr(1);
+          for (size_t i = 0; i < k_.dim_names.size(); ++i)
+            if (k_.dim_names[i] == name) return "D" + std::to_string(i);
+          LUMINAL_ASSERT(false, "kernel expression uses unknown variable ", name);
+          return "";
+        },
+        [this](const Expression& divisor) -> std::string {
+          const auto it = std::find(divisors_.begin(), divisors_.end(), divisor);
+          return it == divisors_.end() ? std::string() : "lm_dv" + std::to_string(it - divisors_.begin());
+        });
   }
   static std::string val(int v) {
     std::string r = "v";  // (appended: GCC 12's -Wrestrict misfires on "literal" + std::string)
@@ -802,6 +835,7 @@ class Emitter {
 
   const Kernel& k_;
   const Dialect& d_;
+  std::vector<Expression> divisors_;  // CUDA: invariant_divisors(k_), read from the dims array
   int64_t row_block_ = 0;  // inside an elementwise kernel's blocked loop (Kernel::row_block)
   std::string name_;
   std::ostringstream os_;
@@ -830,6 +864,51 @@ std::string emit_cpp(const Kernel& kernel, std::string_view name) {
 std::string emit_cuda(const Kernel& kernel, std::string_view name) {
   check_name(name);
   return Emitter(kernel, kCuda, name).render();
+}
+
+namespace {
+bool is_loop_variable(const std::string& name) { return !name.empty() && name[0] == '$'; }
+void collect_divisors(const Expression& e, std::vector<Expression>& out) {
+  if (e.kind() == ExprKind::Div || e.kind() == ExprKind::Mod) {
+    const Expression& d = e.children()[1];
+    const auto vars = d.variables();
+    if (!d.is_constant() && !vars.empty() && std::none_of(vars.begin(), vars.end(), is_loop_variable) &&
+        std::find(out.begin(), out.end(), d) == out.end())
+      out.push_back(d);
+  }
+  for (const auto& c : e.children()) collect_divisors(c, out);
+}
+void collect_divisors(const std::vector<Stmt>& body, std::vector<Expression>& out) {
+  for (const auto& st : body) {
+    for (const Expression* e : {&st.index, &st.guard, &st.position, &st.axis_base, &st.axis_stride, &st.axis_size})
+      collect_divisors(*e, out);
+    collect_divisors(st.body, out);
+  }
+}
+}  // namespace
+
+std::vector<Expression> invariant_divisors(const Kernel& kernel) {
+  std::vector<Expression> out;
+  for (const auto& p : kernel.phases) {
+    collect_divisors(p.rows, out);
+    collect_divisors(p.cols, out);
+    collect_divisors(p.row_body, out);
+    collect_divisors(p.col_body, out);
+  }
+  return out;
+}
+
+std::vector<Expression> cuda_dims_entries(const Kernel& kernel) {
+  std::vector<Expression> out;
+  for (const auto& name : kernel.dim_names) out.push_back(Expression::var(name));
+  // ceil(2^62 / d) for d in [1, 2^31]: floor(a / d) = floor(a * m / 2^62) for every a in
+  // [0, 2^31) (Granlund and Montgomery 1994, theorem 4.2, with N = l = 31).
+  const Expression two_62 = Expression(int64_t{1} << 62);
+  for (const auto& d : invariant_divisors(kernel)) {
+    out.push_back(d);
+    out.push_back(logical_and(ge(d, 1), le(d, int64_t{1} << 31)) * ceil_div(two_62, max(d, 1)));
+  }
+  return out;
 }
 
 }  // namespace luminal::kernel

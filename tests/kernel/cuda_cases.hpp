@@ -87,6 +87,13 @@ inline std::vector<CudaCase> cuda_cases() {
       add(std::string(op_name(op)) + " " + std::string(dtype_name(dt)), cx);
     }
   {
+    // A run-time inner dim of the output: its coordinates divide the flat index by seq
+    // (an invariant divisor: CUDA divides by a multiply, Kernel: invariant_divisors).
+    Graph cx;
+    ((cx.tensor({seq, 7}).permute({1, 0}) * 1.5).sin() + cx.tensor({7, seq})).output();
+    add("transposed, run-time inner dim", cx);
+  }
+  {
     Graph cx;
     cx.tensor({4, seq, 9}).mean({1, 2}).output();
     add("mean over two axes", cx, plain_values);
@@ -162,7 +169,7 @@ inline void run_cuda_cases(const CudaLauncher& launch) {
       buffers.emplace_back(got.bytes.data(), got.bytes.size());
       buffers.emplace_back(error, sizeof error);
       std::vector<long long> dim_values;
-      for (const auto& d : k->dim_names) dim_values.push_back(dims.at(d));
+      for (const auto& e : cuda_dims_entries(*k)) dim_values.push_back(e.eval(dims));
       launch(*k, source, buffers, dim_values);
       EXPECT_EQ(error[0], 0);
       EXPECT_EQ(compare(got, want), "") << "seq=" << dims.at("seq") << "\n" << to_string(*k);

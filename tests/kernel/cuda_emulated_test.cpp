@@ -90,5 +90,53 @@ TEST(KernelCudaEmulated, WarpsLanesAndBarriersMatchTheReference) {
   });
 }
 
+// Division by an invariant divisor through its multiplier (lm_floordiv_inv, the runtime's
+// entries from cuda_dims_entries): equal to floor division and modulo for every dividend
+// sign and size, the multiply's range [0, 2^31) and the fallback outside it, and divisors
+// from 1 to past 2^31 (no multiplier there).
+TEST(KernelCudaEmulated, InvariantDivisorsDivideByAMultiply) {
+  const Expression seq = Expression::var("seq");
+  Graph cx;
+  (cx.tensor({seq, 7}).permute({1, 0}) * 1.5).output();
+  auto k = lower(Region{cx});
+  ASSERT_TRUE(k.has_value());
+  const auto divisors = invariant_divisors(*k);
+  ASSERT_FALSE(divisors.empty()) << to_string(*k);
+  const auto entries = cuda_dims_entries(*k);
+  ASSERT_EQ(entries.size(), k->dim_names.size() + 2 * divisors.size());
+  ASSERT_EQ(divisors[0], seq);
+  const std::string source = emit_cuda(*k, "lm_kernel");
+  EXPECT_NE(source.find("lm_floordiv_inv("), std::string::npos) << source;
+  HostCompilerOptions options;
+  options.flags = {"-O1", "-fPIC", "-shared", "-std=c++20", "-pthread", "-w"};
+  HostCompiler compiler(options);
+  auto lib = compiler.compile(std::string(kShim) + source + R"(
+extern "C" long long lm_test_divide(long long a, long long d, unsigned long long m, int mod) {
+  const lm_divisor v = {d, m};
+  return mod ? lm_floormod_inv(a, v) : lm_floordiv_inv(a, v);
+})");
+  auto divide = lib->function<long long(long long, long long, unsigned long long, int)>("lm_test_divide");
+  const size_t at = k->dim_names.size();
+  std::mt19937_64 rng(7);
+  const int64_t two31 = int64_t{1} << 31;
+  for (int64_t d : {int64_t{1}, int64_t{2}, int64_t{3}, int64_t{5}, int64_t{7}, int64_t{37}, int64_t{100}, int64_t{641},
+                    int64_t{4095}, int64_t{65537}, int64_t{1000003}, two31 - 1, two31, two31 + 1, int64_t{1} << 40}) {
+    const DimMap dims{{"seq", d}};
+    ASSERT_EQ(entries[at].eval(dims), d);
+    const auto m = static_cast<unsigned long long>(entries[at + 1].eval(dims));
+    EXPECT_EQ(m != 0, d <= two31) << "d=" << d;
+    std::vector<int64_t> as = {0, 1, d - 1, d, d + 1, 2 * d - 1, 2 * d, two31 - 1, two31, two31 + 1,
+                               two31 - d, -1, -d, -d - 1, int64_t{1} << 50, -(int64_t{1} << 50)};
+    for (int i = 0; i < 2000; ++i) as.push_back(static_cast<int64_t>(rng() % static_cast<uint64_t>(two31)));
+    for (int i = 0; i < 200; ++i) as.push_back(static_cast<int64_t>(rng() >> 20) - (int64_t{1} << 43));
+    for (int64_t a : as) {
+      int64_t q = a / d, r = a % d;
+      if (r != 0 && (r < 0) != (d < 0)) --q, r += d;
+      ASSERT_EQ(divide(a, d, m, 0), q) << a << " / " << d;
+      ASSERT_EQ(divide(a, d, m, 1), r) << a << " % " << d;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace luminal::kernel::testing

@@ -211,6 +211,7 @@ struct CudaRuntime::Shared {
   struct Compiled {
     std::string name;
     kernel::Kernel kernel;
+    std::vector<Expression> dims_entries;        // kernel::cuda_dims_entries(kernel)
     std::shared_ptr<const KernelSource> source;  // the unit holding it (several kernels)
     api::CUfunction fn = nullptr;
     std::string error;  // lowering failed
@@ -252,7 +253,10 @@ struct CudaRuntime::Shared {
         try {
           auto k = kernel::lower(kernel::parse_region(r));
           if (!k) c->error = "the region cannot be lowered to a kernel";
-          else c->kernel = std::move(*k);
+          else {
+            c->kernel = std::move(*k);
+            c->dims_entries = kernel::cuda_dims_entries(c->kernel);
+          }
         } catch (const std::exception& e) {
           c->error = e.what();
         }
@@ -1064,6 +1068,12 @@ struct Resolver {
     }
     return add_values(exprs);
   }
+  // An emitted kernel's dims array: its dims, then its invariant divisors' entries.
+  size_t add_kernel_dims(const Compiled& c) {
+    for (const auto& d : c.kernel.dim_names)
+      LUMINAL_CHECK(dims.count(d), "execute: dimension '", d, "' has no value");
+    return add_values(c.dims_entries);
+  }
 
   // Launch of a compiled kernel: inputs, output, the step's error slot, its dims.
   void add_kernel(const std::shared_ptr<Compiled>& c, std::vector<DevicePtr> inputs, DevicePtr out, size_t step,
@@ -1084,7 +1094,7 @@ struct Resolver {
     LUMINAL_CHECK(grid <= std::numeric_limits<int32_t>::max(), "cuda: ", what, " needs ", grid,
                   " blocks, above the grid limit");
     if (grid <= 0) return;
-    const size_t offset = add_dims(k.dim_names);
+    const size_t offset = add_kernel_dims(*c);
     dim_offset.push_back(offset);
     inputs.push_back(out);
     inputs.push_back(errors + step * kernel::kErrorWords * sizeof(int32_t));
@@ -1466,7 +1476,7 @@ void CudaRuntime::run(size_t slot, const DimMap& dims) {
               const DevicePtr src = ptr[n.inputs[o].node];
               // The copy kernel's output pointer is the scratch buffer, known at enqueue.
               const int64_t grid = rs.blocks(copier->kernel.grid_x);
-              const size_t offset = rs.add_dims(copier->kernel.dim_names);
+              const size_t offset = rs.add_kernel_dims(*copier);
               api::CUfunction fn = copier->fn;
               const unsigned block = static_cast<unsigned>(copier->kernel.block_x);
               const DevicePtr err = errors + si * kernel::kErrorWords * sizeof(int32_t);

@@ -186,4 +186,13 @@ std::string emit_cpp(const Kernel& kernel, std::string_view name);
 // CUDA C: extern "C" __global__ void NAME(const T0* in0, ..., TO* out, int* err, const long long* dims)
 std::string emit_cuda(const Kernel& kernel, std::string_view name);
 
+// The divisors of the kernel's floor divisions and modulos that depend on dims alone (not
+// on a loop variable, and not constants, which the compiler divides by itself), in a fixed
+// order. A CUDA kernel divides by each through a multiply (docs/KERNEL_IR.md).
+std::vector<Expression> invariant_divisors(const Kernel& kernel);
+// The values a CUDA launch of `kernel` passes in its dims array, in order: the dims of
+// dim_names, then for each invariant divisor d the divisor and its multiplier
+// ceil(2^62 / d), or 0 where d is outside [1, 2^31] (then the kernel divides).
+std::vector<Expression> cuda_dims_entries(const Kernel& kernel);
+
 }  // namespace luminal::kernel
