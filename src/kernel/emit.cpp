@@ -98,7 +98,7 @@ struct Dialect {
   std::string_view fma;        // #define LM_FMA: a fused multiply-add where the hardware has one
   std::string_view inf_f, nan_f, inf_d, nan_d;
   std::string_view report;     // lm_report: the first error claims the record (docs/KERNEL_IR.md)
-  std::string_view warp_helpers;  // lane reductions (CUDA only)
+  std::string_view warp_helpers;  // lane reductions, invariant-divisor helpers (CUDA only)
   std::string_view sin_f32;    // lm_sin of a float
   bool lanes = false;          // a warp shares one row: top-level reductions and cols stride by 32
   bool cuda = false;
