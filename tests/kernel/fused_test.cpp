@@ -1,5 +1,6 @@
 // Fused regions (elementwise chains, softmax, RMSNorm, layer norm, mean/var, gather +
 // elementwise, matmul), the fuse API, what lowering refuses, determinism and the text form.
+#include <bit>
 #include <optional>
 #include <sstream>
 
@@ -196,6 +197,101 @@ TEST(KernelFused, IdenticalNodesAreComputedOnce) {
     auto x = cx.tensor({kSeq, 5});
     ((x * 2.0).exp2() - (x * 3.0).exp2()).output();
     batch.add("near-duplicates: constants", Region{cx}, kSeqDims);
+  }
+  batch.run(test_compiler());
+}
+
+// Sums of 64 or more exp2s (softmax) compute them by lm_exp2f_or_nan where a NaN would
+// reach the sum, and a sum that comes out NaN again with lm_exp2f. The helper itself: the
+// bits of lm_exp2f for every x below 102, NaN above and for NaN (a strided sweep of all
+// patterns and every pattern in windows around the edges of its range).
+TEST(KernelFused, SumsOfExponentialsTakeTheShortExp2AndRedoNaNs) {
+  Graph probe_graph;
+  (probe_graph.tensor({kSeq}) * 2.0).output();
+  auto probe_kernel = lower(Region{probe_graph});
+  ASSERT_TRUE(probe_kernel);
+  const std::string probe = emit_cpp(*probe_kernel, "k") + R"(
+extern "C" void lm_probe(const unsigned* bits, unsigned* exact, unsigned* fast, long long n) {
+  for (long long i = 0; i < n; ++i) {
+    exact[i] = lm_f2u_(lm_exp2f(lm_u2f_(bits[i])));
+    fast[i] = lm_f2u_(lm_exp2f_or_nan(lm_u2f_(bits[i])));
+  }
+})";
+  auto lib = test_compiler().compile(probe);
+  auto* fn = lib->function<void(const unsigned*, unsigned*, unsigned*, long long)>("lm_probe");
+  std::vector<unsigned> bits;
+  for (uint64_t b = 0; b < (uint64_t{1} << 32); b += 4099) bits.push_back(static_cast<unsigned>(b));
+  for (float edge : {0.0f, 102.0f, 101.5f, 100.0f, -125.5f, -126.0f, -149.0f, -150.0f, -150.5f, -151.0f, 126.0f, 128.0f})
+    for (float sign : {1.0f, -1.0f}) {
+      const auto at = std::bit_cast<uint32_t>(edge * sign);
+      for (uint32_t d = 0; d < (1u << 16); ++d) bits.push_back(at - (1u << 15) + d);
+    }
+  for (uint32_t special : {0x7f800000u, 0xff800000u, 0x7fc00000u, 0xffc00000u, 0x7f800001u, 0xff800001u}) bits.push_back(special);
+  std::vector<unsigned> exact(bits.size()), fast(bits.size());
+  fn(bits.data(), exact.data(), fast.data(), static_cast<long long>(bits.size()));
+  size_t in_range = 0;
+  for (size_t i = 0; i < bits.size(); ++i) {
+    const float x = std::bit_cast<float>(bits[i]);
+    if (x < 102.0f) {
+      ++in_range;
+      ASSERT_EQ(fast[i], exact[i]) << "x = " << x << " (0x" << std::hex << bits[i] << ")";
+    } else {
+      ASSERT_TRUE(std::isnan(std::bit_cast<float>(fast[i]))) << "x = " << x << " (0x" << std::hex << bits[i] << ")";
+    }
+  }
+  EXPECT_GT(in_range, bits.size() / 3);
+
+  // Emitted: where the exponential's NaN reaches the sum, and not through a comparison.
+  auto source_of = [](const Graph& g) {
+    auto k = lower(Region{g});
+    EXPECT_TRUE(k);
+    return k ? emit_cpp(*k, "k") : std::string();
+  };
+  auto uses_short_exp2 = [](const std::string& src) {
+    return src.substr(src.find("extern \"C\" void k(")).find("lm_exp2f_or_nan(") != std::string::npos;
+  };
+  const Expression cols = Expression::var("cols");
+  const std::vector<DimMap> dims = {{{"cols", 64}}, {{"cols", 131}}, {{"cols", 63}}, {{"cols", 300}}};
+  // Rows of every kind: plain; one element past the short range (overflow, 102..128, NaN);
+  // all masked (-inf) but one; exponentials of subnormal size whose sum, scaled by 2^120
+  // afterwards, must match.
+  auto rows = [](size_t, DType dt, size_t n, std::mt19937& rng) {
+    HostTensor t = random_tensor(dt, n, rng, false, false);
+    const double inf = std::numeric_limits<double>::infinity();
+    const double odd[] = {130.0, 102.0, 127.9, std::nan(""), inf, -inf, -126.7, -149.3, -150.2, -151.0, -1e30, 101.9};
+    for (size_t i = 0; i < n; ++i) {
+      const size_t row = i / 17;  // rows and columns cross with any cols value
+      if (row % 5 == 1 && i % 17 == 3) t.set_f64(i, odd[(i / 17) % 12]);
+      if (row % 5 == 2) t.set_f64(i, i % 17 == 0 ? 0.5 : -inf);
+      if (row % 5 == 3) t.set_f64(i, -126.0 - static_cast<double>(i % 29));
+    }
+    return t;
+  };
+  Batch batch;
+  {
+    Graph cx;
+    cx.tensor({5, cols}).softmax(1).output();
+    EXPECT_TRUE(uses_short_exp2(source_of(cx)));
+    batch.add("softmax", Region{cx}, dims, rows);
+  }
+  {
+    Graph cx;  // exp2 directly: subnormal terms count after the 2^120 scale
+    (cx.tensor({7, cols}).exp2().sum({1}) * std::ldexp(1.0, 120)).output();
+    EXPECT_TRUE(uses_short_exp2(source_of(cx)));
+    batch.add("sum of exp2, scaled", Region{cx}, dims, rows);
+  }
+  for (DType dt : {DType::BF16, DType::F16}) {
+    Graph cx;
+    (cx.tensor({6, cols}, dt).exp2() * 0.5).sum({1}).output();
+    EXPECT_TRUE(uses_short_exp2(source_of(cx)));
+    batch.add("sum of exp2 in " + std::string(dtype_name(dt)), Region{cx}, dims, rows);
+  }
+  {
+    Graph cx;  // a comparison drops the NaN: the exact exp2
+    auto x = cx.tensor({4, cols});
+    x.exp2().lt(0.5).cast(DType::F32).sum({1}).output();
+    EXPECT_FALSE(uses_short_exp2(source_of(cx)));
+    batch.add("count of small exp2", Region{cx}, dims, rows);
   }
   batch.run(test_compiler());
 }
