@@ -44,10 +44,11 @@ const char* kScaledExp2Rules = R"((constructor ScaledExp2 (String ExprList f64 I
 class FusedTestRuntime : public ReferenceRuntime {
  public:
   FusedTestRuntime(int work, std::shared_ptr<int> fused_loads = std::make_shared<int>(0),
-                   std::chrono::microseconds launch = std::chrono::microseconds(300))
-      : work_(work), fused_loads_(std::move(fused_loads)), launch_(launch) {}
+                   std::chrono::microseconds launch = std::chrono::microseconds(300),
+                   std::chrono::milliseconds fused_stall = std::chrono::milliseconds(0))
+      : work_(work), fused_loads_(std::move(fused_loads)), launch_(launch), fused_stall_(fused_stall) {}
   std::unique_ptr<Runtime> fresh() const override {
-    return std::make_unique<FusedTestRuntime>(work_, fused_loads_, launch_);
+    return std::make_unique<FusedTestRuntime>(work_, fused_loads_, launch_, fused_stall_);
   }
   std::vector<std::string> rule_files() const override {
     auto files = ReferenceRuntime::rule_files();
@@ -87,6 +88,7 @@ class FusedTestRuntime : public ReferenceRuntime {
     const float* x = reinterpret_cast<const float*>(in[0].bytes.data());
     float* y = reinterpret_cast<float*>(out.bytes.data());
     const float c = static_cast<float>(n.backend->f64(0));
+    std::this_thread::sleep_for(fused_stall_);
     for (int w = 0; w < work_; ++w)
       for (size_t k = 0; k < out.numel(); ++k) y[k] = std::exp2(x[k] * c + static_cast<float>(w) * 0.0f);
     return out;
@@ -96,6 +98,7 @@ class FusedTestRuntime : public ReferenceRuntime {
   int work_;
   std::shared_ptr<int> fused_loads_;
   std::chrono::microseconds launch_;  // the cost of launching one op
+  std::chrono::milliseconds fused_stall_;  // a hang in the fused op, without using the CPU
   std::vector<int> ops_;              // per slot: ops launched per run
 };
 
@@ -156,10 +159,13 @@ TEST(BackendContract, TimedOutBaselineIsRejectedLikeAnyCandidate) {
   ScaledExp2Graph g;
   CompileReport r;
   auto loads = std::make_shared<int>(0);
-  // The cheapest program by cost (the fused op) takes far longer than the timeout.
+  // The cheapest program by cost (the fused op) stalls 2 s against a 500 ms timeout. The
+  // primitives (~2 ms) must stay well inside it: with a 30 ms timeout and the fused op
+  // computing for ~200 ms, a loaded CI machine pushed the primitives over the timeout too,
+  // the search kept the cheapest program, and the fused op was loaded 4 times.
   FusedTestRuntime rt = g.cx.compile(
-      FusedTestRuntime(2000, loads),
-      CompileOptions().report(&r).search_graph_limit(10).trials(1).warmup(0).profile_timeout(std::chrono::milliseconds(30)));
+      FusedTestRuntime(1, loads, std::chrono::microseconds(300), std::chrono::milliseconds(2000)),
+      CompileOptions().report(&r).search_graph_limit(10).trials(1).warmup(0).profile_timeout(std::chrono::milliseconds(500)));
   EXPECT_GE(r.rejected, 1);
   EXPECT_EQ(*loads, 1);  // tried once as the baseline, never kept
   g.check(rt);
