@@ -66,6 +66,15 @@ bool ThreadPool::in_task() { return t_in_task; }
 
 ThreadPool::ThreadPool(int num_threads) {
   LUMINAL_CHECK(num_threads >= 1, "ThreadPool: thread count must be >= 1, got ", num_threads);
+#if defined(__linux__)
+  // With more threads than CPUs, sharing a CPU is unavoidable: leave placement to the
+  // scheduler.
+  cpu_set_t allowed;
+  CPU_ZERO(&allowed);
+  if (num_threads > 1 && sched_getaffinity(0, sizeof allowed, &allowed) == 0 && CPU_COUNT(&allowed) >= num_threads)
+    for (int c = 0; c < CPU_SETSIZE; ++c)
+      if (CPU_ISSET(c, &allowed)) cpus_.push_back(c);
+#endif
   workers_.reserve(static_cast<size_t>(num_threads - 1));
   for (int i = 1; i < num_threads; ++i) workers_.emplace_back([this] { worker_loop(); });
 }
@@ -111,6 +120,18 @@ void ThreadPool::work_on_job(uint64_t generation) {
   t_in_task = was_in_task;
 }
 
+void ThreadPool::step_off_caller_cpu() const {
+#if defined(__linux__)
+  const int caller = caller_cpu_.load(std::memory_order_relaxed);
+  if (cpus_.empty() || caller < 0 || sched_getcpu() != caller) return;
+  cpu_set_t others;
+  CPU_ZERO(&others);
+  for (int c : cpus_)
+    if (c != caller) CPU_SET(c, &others);
+  sched_setaffinity(0, sizeof others, &others);  // best effort: a refusal leaves it where it was
+#endif
+}
+
 void ThreadPool::worker_loop() {
   uint64_t seen = 0;
   for (;;) {
@@ -120,6 +141,7 @@ void ThreadPool::worker_loop() {
       if (stop_) return;
     }
     seen = generation_.load(std::memory_order_acquire);
+    step_off_caller_cpu();
     work_on_job(seen);
   }
 }
@@ -162,6 +184,9 @@ void ThreadPool::run(int64_t begin, int64_t end, int64_t grain, ChunkFn fn, void
   failed_.store(false, std::memory_order_relaxed);
   error_ = nullptr;
   claim_.store((generation & 0xffffffffu) << 32, std::memory_order_release);
+#if defined(__linux__)
+  if (!cpus_.empty()) caller_cpu_.store(sched_getcpu(), std::memory_order_relaxed);
+#endif
   {
     std::lock_guard lock(mutex_);
     generation_.store(generation, std::memory_order_release);

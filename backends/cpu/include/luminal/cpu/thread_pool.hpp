@@ -9,6 +9,12 @@
 // called from inside a pool task runs serially on that thread, and OpenBLAS (see
 // blas_gemm.hpp) is told the pool's thread count and never called from a pool task, so
 // at most num_threads() threads compute at any time.
+//
+// Placement: a worker that starts a job on the caller's CPU moves itself off it (Linux,
+// when the pool has no more threads than the process has CPUs). Without that, the
+// scheduler's wake-up placement put a woken worker on the waking caller's CPU for the
+// first ~100-500 ms of a process, and the two threads shared one core: a 2-thread
+// softmax ran at 1-thread speed in about half the benchmark processes (docs/LESSONS.md).
 #pragma once
 
 #include <atomic>
@@ -55,6 +61,9 @@ class ThreadPool {
   // Claims and runs chunks of job `generation` until none are left or a newer job
   // replaced it.
   void work_on_job(uint64_t generation);
+  // On a worker: if it runs on the CPU the current job's caller ran on, restrict it to
+  // the process's other CPUs (which moves it at once).
+  void step_off_caller_cpu() const;
 
   std::vector<std::thread> workers_;
   std::mutex submit_mutex_;  // one job at a time; other callers wait their turn
@@ -62,6 +71,8 @@ class ThreadPool {
   std::condition_variable wake_cv_, done_cv_;
   std::atomic<uint64_t> generation_{0};
   bool stop_ = false;
+  std::vector<int> cpus_;  // the CPUs this process may run on, when workers may be placed
+  std::atomic<int> caller_cpu_{-1};  // where the current job's caller ran when it posted it
 
   // The current job. A worker claims chunk c of job g by a compare-and-swap of
   // claim_ from (g << 32 | c) to (g << 32 | c + 1), so a worker that wakes after its
