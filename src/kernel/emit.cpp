@@ -158,7 +158,14 @@ constexpr Dialect kCuda{
     "__longlong_as_double(0x7fffffffffffffffLL)",
     R"(LM_FN bool lm_claim(int* err, int code) { return atomicCAS(err, 0, code) == 0; }
 )",
-    R"(/* Programmatic dependent launch (sm_90+): the runtime may start this kernel while the
+    R"(/* A 16-byte copy between a buffer and a thread's registers (vectorized elementwise
+   kernels): one 128-bit load or store on the device. */
+#if defined(__CUDA_ARCH__)
+#define LM_COPY16(dst, src) (*(uint4*)(dst) = *(const uint4*)(src))
+#else
+#define LM_COPY16(dst, src) __builtin_memcpy((dst), (src), 16)
+#endif
+/* Programmatic dependent launch (sm_90+): the runtime may start this kernel while the
    previous one in the stream finishes; it waits here, before reading anything, until that
    kernel has completed and its writes are visible, then lets the next kernel launch (it
    waits in turn for this one to complete). A no-op for an ordinary launch. */
@@ -326,6 +333,26 @@ std::string_view accumulator_type(OpKind op, DType dt) {
   if (!is_float(dt)) return "long long";
   return op == OpKind::SumReduce ? "double" : value_type(dt);
 }
+// A load of the element's own index, unguarded, of a type a 16-byte copy holds whole
+// elements of: vectorized elementwise kernels read these into registers.
+bool is_flat_load(const Stmt& s) {
+  return s.kind == StmtKind::Load && s.guard == Expression(1) && s.index == Expression::var(kRowVar) &&
+         dtype_bytes(s.dtype) >= 2 && dtype_bytes(s.dtype) <= 8;
+}
+void collect_flat_loads(const std::vector<Stmt>& body, std::set<int>& out) {
+  for (const auto& s : body) {
+    if (is_flat_load(s)) out.insert(s.buffer);
+    collect_flat_loads(s.body, out);
+  }
+}
+std::set<int> flat_loads(const Kernel& k) {
+  std::set<int> out;
+  for (const auto& p : k.phases) {
+    collect_flat_loads(p.row_body, out);
+    collect_flat_loads(p.col_body, out);
+  }
+  return out;
+}
 bool contains_kind(const std::vector<Stmt>& stmts, StmtKind kind) {
   for (const auto& s : stmts)
     if (s.kind == kind || contains_kind(s.body, kind)) return true;
@@ -457,17 +484,26 @@ class Emitter {
     dims_prologue("dims");
     const Phase& p0 = k_.phases[0];
     switch (k_.geometry) {
-      case Geometry::Elementwise:
+      case Geometry::Elementwise: {
         // A grid-stride loop: the runtime launches a thread per element, or, for large
         // outputs, a quarter of that, so that each thread's loads of four elements (the loop
         // unrolled) are in flight together. With one 2-byte load per thread an H200 kept too
         // few bytes in flight: a prefill's SwiGLU ran at a sixth of the copy bandwidth.
+        // Where the output and some inputs are read at the element's own index, each thread
+        // takes `vector_width` elements at once instead, through 16-byte loads and stores
+        // (when the buffers are 16-byte aligned; the scalar loop does the rest).
+        std::string first = "0";
+        if (const int width = cuda_vector_width(k_); width > 1) {
+          vector_loop(p0, width);
+          first = "lm_vector_end";
+        }
         line("#pragma unroll 4");
-        open("for (long long row = (long long)blockIdx.x * blockDim.x + threadIdx.x; row < " + expr(p0.rows) +
-             "; row += (long long)gridDim.x * blockDim.x) {");
+        open("for (long long row = " + first + " + (long long)blockIdx.x * blockDim.x + threadIdx.x; row < " +
+             expr(p0.rows) + "; row += (long long)gridDim.x * blockDim.x) {");
         phase_body(p0);
         close();
         break;
+      }
       case Geometry::WarpPerRow:
       case Geometry::BlockPerRow: {
         // A warp or a block per row; lm_lane is the thread's place in it. A block's
@@ -505,6 +541,46 @@ class Emitter {
       }
     }
     os_ << "}\n";
+  }
+
+  // The vectorized part of an elementwise kernel (cuda_vector_width): chunks of `width`
+  // elements, each input read at the element's index and the output copied 16 bytes at a
+  // time through registers; defines lm_vector_end, where the scalar loop starts.
+  void vector_loop(const Phase& p, int width) {
+    vector_buffers_ = flat_loads(k_);
+    std::string aligned = "(unsigned long long)" + buffer_name(k_.output_slot());
+    for (int b : vector_buffers_) aligned += " | (unsigned long long)" + buffer_name(static_cast<size_t>(b));
+    line("const long long lm_n = " + expr(p.rows) + ";");
+    line("const long long lm_vector_end = ((" + aligned + ") & 15ull) == 0 ? lm_n / " + std::to_string(width) + " * " +
+         std::to_string(width) + " : 0;");
+    open("for (long long lm_c = (long long)blockIdx.x * blockDim.x + threadIdx.x; lm_c * " + std::to_string(width) +
+         " < lm_vector_end; lm_c += (long long)gridDim.x * blockDim.x) {");
+    line("const long long lm_base = lm_c * " + std::to_string(width) + ";");
+    auto copies = [&](DType dt, const std::string& reg, const std::string& mem, bool load) {
+      const size_t per = 16 / dtype_bytes(dt);  // elements per 16-byte copy
+      for (size_t q = 0; q * per < static_cast<size_t>(width); ++q) {
+        const std::string at = std::to_string(q * per);
+        line(load ? "LM_COPY16(&" + reg + "[" + at + "], &" + mem + "[lm_base + " + at + "]);"
+                  : "LM_COPY16(&" + mem + "[lm_base + " + at + "], &" + reg + "[" + at + "]);");
+      }
+    };
+    const std::string w = std::to_string(width);
+    for (int b : vector_buffers_) {
+      const DType dt = k_.inputs[static_cast<size_t>(b)];
+      line("alignas(16) " + std::string(storage_type(dt)) + " lm_x" + std::to_string(b) + "[" + w + "];");
+      copies(dt, "lm_x" + std::to_string(b), buffer_name(static_cast<size_t>(b)), true);
+    }
+    line("alignas(16) " + std::string(storage_type(k_.output)) + " lm_y[" + w + "];");
+    line("#pragma unroll");
+    open("for (int lm_k = 0; lm_k < " + w + "; ++lm_k) {");
+    line("const long long row = lm_base + lm_k;");
+    line("(void)row;");
+    in_vector_ = true;
+    phase_body(p);
+    in_vector_ = false;
+    close();
+    copies(k_.output, "lm_y", buffer_name(k_.output_slot()), false);
+    close();
   }
 
   // A phase that copies an input whole into the output is void when they are one buffer
@@ -565,6 +641,7 @@ class Emitter {
           at = v + "_at";
         }
         std::string ref = buffer_name(static_cast<size_t>(s.buffer)) + "[" + at + "]";
+        if (in_vector_ && is_flat_load(s) && vector_buffers_.count(s.buffer)) ref = "lm_x" + std::to_string(s.buffer) + "[lm_k]";
         std::string load = s.dtype == DType::F16    ? "lm_f16_to_f32(" + ref + ")"
                            : s.dtype == DType::BF16 ? "lm_bf16_to_f32(" + ref + ")"
                            : s.dtype == DType::Bool ? "(" + ref + " != 0)"
@@ -601,7 +678,8 @@ class Emitter {
         std::string stored = s.dtype == DType::F16    ? "lm_f32_to_f16(" + x + ")"
                              : s.dtype == DType::BF16 ? "lm_f32_to_bf16(" + x + ")"
                                                       : "(" + std::string(storage_type(s.dtype)) + ")" + x;
-        line(buffer_name(static_cast<size_t>(s.buffer)) + "[" + expr(s.index) + "] = " + stored + ";");
+        line((in_vector_ ? std::string("lm_y[lm_k]") : buffer_name(static_cast<size_t>(s.buffer)) + "[" + expr(s.index) + "]") +
+             " = " + stored + ";");
         return;
       }
       case StmtKind::Reduce: reduce(s); return;
@@ -907,6 +985,8 @@ class Emitter {
   std::vector<Expression> divisors_;  // CUDA: invariant_divisors(k_), read from the dims array
   std::set<int> exp2_or_nan_;         // values whose exp2 may be lm_exp2f_or_nan (blocked_sum)
   int64_t row_block_ = 0;  // inside an elementwise kernel's blocked loop (Kernel::row_block)
+  bool in_vector_ = false;       // inside vector_loop's per-element body
+  std::set<int> vector_buffers_;  // inputs vector_loop reads into registers
   std::string name_;
   std::ostringstream os_;
   std::vector<DType> types_;
@@ -956,6 +1036,26 @@ void collect_divisors(const std::vector<Stmt>& body, std::vector<Expression>& ou
   }
 }
 }  // namespace
+
+int cuda_vector_width(const Kernel& k) {
+  if (k.geometry != Geometry::Elementwise || k.phases.size() != 1) return 1;
+  const Phase& p = k.phases.front();
+  if (!(p.cols == Expression(1)) || !p.scratch.empty() || contains_kind(p.row_body, StmtKind::Store)) return 1;
+  // The one store writes the element's own index.
+  int stores = 0;
+  for (const auto& s : p.col_body) {
+    if (s.kind != StmtKind::Store) continue;
+    ++stores;
+    if (!(s.index == Expression::var(kRowVar)) || s.buffer != static_cast<int>(k.output_slot())) return 1;
+  }
+  for (const auto& s : p.col_body)
+    if (s.kind != StmtKind::Store && contains_kind(s.body, StmtKind::Store)) return 1;
+  const size_t out_bytes = dtype_bytes(k.output);
+  if (stores != 1 || out_bytes < 2 || out_bytes > 8) return 1;
+  size_t smallest = out_bytes;
+  for (int b : flat_loads(k)) smallest = std::min(smallest, dtype_bytes(k.inputs[static_cast<size_t>(b)]));
+  return static_cast<int>(16 / smallest);
+}
 
 std::vector<Expression> invariant_divisors(const Kernel& kernel) {
   std::vector<Expression> out;

@@ -86,6 +86,19 @@ inline std::vector<CudaCase> cuda_cases() {
       add_output(cx, add_op(cx, op, dt, {seq}, {x}, 1));
       add(std::string(op_name(op)) + " " + std::string(dtype_name(dt)), cx);
     }
+  // Inputs read at the element's own index: 16-byte loads and stores through registers
+  // (cuda_vector_width), of mixed element sizes (a BF16 output with an F32 input: 8
+  // elements per thread, two copies of the F32 one), beside a broadcast read and a
+  // transposed one that stay scalar. 5 x 37 and 37 x 37 elements leave partial chunks.
+  for (DType dt : {DType::F32, DType::BF16}) {
+    Graph cx;
+    auto x = cx.tensor({seq, 37}, dt);
+    auto y = cx.tensor({seq, 37}, DType::F32);
+    auto bias = cx.tensor({37}, dt);
+    auto xt = cx.tensor({37, seq}, dt).permute({1, 0});
+    ((x * y.cast(dt)).silu() + bias - xt).output();
+    add("flat " + std::string(dtype_name(dt)), cx);
+  }
   {
     // A run-time inner dim of the output: its coordinates divide the flat index by seq
     // (an invariant divisor: CUDA divides by a multiply, Kernel: invariant_divisors).
@@ -141,6 +154,11 @@ inline void run_cuda_cases(const CudaLauncher& launch) {
       EXPECT_EQ(k->geometry, Geometry::BlockPerRow);
     }
     std::string source = emit_cuda(*k, "lm_kernel");
+    if (c.name.rfind("flat ", 0) == 0) {
+      // x and y are read at the element's index; the BF16 output takes 8 per thread.
+      EXPECT_EQ(cuda_vector_width(*k), c.name == "flat BF16" ? 8 : 4) << to_string(*k);
+      EXPECT_NE(source.find("LM_COPY16(&lm_x"), std::string::npos) << source;
+    }
     // NVRTC needs no GPU: the real compiler checks what the emulation runs.
     if (nvrtc::available()) {
       EXPECT_NO_THROW(nvrtc::compile(source, "lm_kernel", "sm_90"));
@@ -162,17 +180,32 @@ inline void run_cuda_cases(const CudaLauncher& launch) {
       ref.execute(dims);
       HostTensor want = ref.get_tensor(g.outputs()[0]);
 
-      HostTensor got = HostTensor::zeros(k->output, static_cast<size_t>(k->output_numel.eval(dims)));
-      int32_t error[kErrorWords] = {};
-      std::vector<std::pair<void*, size_t>> buffers;
-      for (auto& t : data) buffers.emplace_back(t.bytes.data(), t.bytes.size());
-      buffers.emplace_back(got.bytes.data(), got.bytes.size());
-      buffers.emplace_back(error, sizeof error);
-      std::vector<long long> dim_values;
-      for (const auto& e : cuda_dims_entries(*k)) dim_values.push_back(e.eval(dims));
-      launch(*k, source, buffers, dim_values);
-      EXPECT_EQ(error[0], 0);
-      EXPECT_EQ(compare(got, want), "") << "seq=" << dims.at("seq") << "\n" << to_string(*k);
+      // Each buffer at a 16-byte boundary, then one element past it: a vectorized kernel
+      // takes its scalar loop when any pointer is not 16-byte aligned (external pointers).
+      for (size_t shift : {size_t{0}, size_t{1}}) {
+        SCOPED_TRACE(shift ? "buffers one element past 16-byte alignment" : "aligned buffers");
+        HostTensor got = HostTensor::zeros(k->output, static_cast<size_t>(k->output_numel.eval(dims)));
+        int32_t error[kErrorWords] = {};
+        std::vector<std::vector<std::byte>> storage;
+        std::vector<std::pair<void*, size_t>> buffers;
+        auto place = [&](const HostTensor& t) {
+          const size_t offset = shift * dtype_bytes(t.dtype);
+          storage.emplace_back(t.bytes.size() + 32);
+          auto* base = reinterpret_cast<std::byte*>((reinterpret_cast<uintptr_t>(storage.back().data()) + 15) & ~uintptr_t{15});
+          std::copy(t.bytes.begin(), t.bytes.end(), base + offset);
+          buffers.emplace_back(base + offset, t.bytes.size());
+        };
+        for (auto& t : data) place(t);
+        place(got);
+        buffers.emplace_back(error, sizeof error);
+        std::vector<long long> dim_values;
+        for (const auto& e : cuda_dims_entries(*k)) dim_values.push_back(e.eval(dims));
+        launch(*k, source, buffers, dim_values);
+        auto* out = static_cast<const std::byte*>(buffers[data.size()].first);
+        std::copy(out, out + got.bytes.size(), got.bytes.begin());
+        EXPECT_EQ(error[0], 0);
+        EXPECT_EQ(compare(got, want), "") << "seq=" << dims.at("seq") << "\n" << to_string(*k);
+      }
     }
   }
 }

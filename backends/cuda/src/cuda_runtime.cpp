@@ -212,6 +212,7 @@ struct CudaRuntime::Shared {
     std::string name;
     kernel::Kernel kernel;
     std::vector<Expression> dims_entries;        // kernel::cuda_dims_entries(kernel)
+    int vector_width = 1;                        // kernel::cuda_vector_width(kernel)
     std::shared_ptr<const KernelSource> source;  // the unit holding it (several kernels)
     api::CUfunction fn = nullptr;
     std::string error;  // lowering failed
@@ -256,6 +257,7 @@ struct CudaRuntime::Shared {
           else {
             c->kernel = std::move(*k);
             c->dims_entries = kernel::cuda_dims_entries(c->kernel);
+            c->vector_width = kernel::cuda_vector_width(c->kernel);
           }
         } catch (const std::exception& e) {
           c->error = e.what();
@@ -1087,9 +1089,12 @@ struct Resolver {
         static_cast<size_t>(k.phases.front().copies_input) < inputs.size() &&
         inputs[static_cast<size_t>(k.phases.front().copies_input)] == out)
       grid = std::clamp<int64_t>(blocks((k.phases.back().rows + (k.block_x - 1)) / k.block_x), 1, 65535);
-    // An elementwise kernel loops over its elements (emit_cuda): past a few waves of
-    // resident threads, each thread takes four, their loads in flight at once.
-    if (k.geometry == kernel::Geometry::Elementwise && grid * k.block_x > kElementwiseWaves * resident_threads())
+    // An elementwise kernel loops over its elements (emit_cuda): a vectorized one takes
+    // `width` per thread and loop (16-byte loads); otherwise, past a few waves of resident
+    // threads, each thread takes four, their loads in flight at once.
+    if (const int width = c->vector_width; width > 1)
+      grid = (grid + width - 1) / width;
+    else if (k.geometry == kernel::Geometry::Elementwise && grid * k.block_x > kElementwiseWaves * resident_threads())
       grid = (grid + 3) / 4;
     LUMINAL_CHECK(grid <= std::numeric_limits<int32_t>::max(), "cuda: ", what, " needs ", grid,
                   " blocks, above the grid limit");

@@ -186,6 +186,13 @@ std::string emit_cpp(const Kernel& kernel, std::string_view name);
 // CUDA C: extern "C" __global__ void NAME(const T0* in0, ..., TO* out, int* err, const long long* dims)
 std::string emit_cuda(const Kernel& kernel, std::string_view name);
 
+// How many elements a thread of a CUDA elementwise kernel takes at once through 16-byte
+// loads and stores (16 / the smallest element size among the output and the inputs read
+// at the element's own index), or 1 where the kernel is not vectorized: another geometry,
+// or an output not written at the element's own index. The runtime launches a thread per
+// `width` elements.
+int cuda_vector_width(const Kernel& kernel);
+
 // The divisors of the kernel's floor divisions and modulos that depend on dims alone (not
 // on a loop variable, and not constants, which the compiler divides by itself), in a fixed
 // order. A CUDA kernel divides by each through a multiply (docs/KERNEL_IR.md).
