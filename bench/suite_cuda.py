@@ -1,13 +1,14 @@
 #!/usr/bin/env python3
 """scripts/bench cuda (or scripts/gpu): issue 10's benchmark case 1, BF16 linear layers
-(and the RMSNorm and softmax rows of case 2),
+(and case 2: the RMSNorm and softmax rows, and an elementwise chain compiled by the search,
+backends/cuda/bench/elementwise_cuda),
 luminal's CUDA kernels and cuBLASLt (backends/cuda/bench/suite_cuda_linear) against PyTorch
 in the same run: eager, eager replayed from a CUDA graph, and torch.compile. Every peer
 reads as many distinct weight copies per pass as our program does, so no one is flattered
 by the L2. One JSON object per line; ratio_vs_best_peer = best peer time / our time (above
 1 means we are faster).
 
-    python3 bench/suite_cuda.py [--bin PATH] [--quick] [--budget-s SECONDS]
+    python3 bench/suite_cuda.py [--bin PATH] [--quick] [--budget-s SECONDS] [--elementwise-only]
 """
 import argparse
 import json
@@ -153,13 +154,51 @@ def torch_row_peers(op, rows, cols, copies, deadline):
     return peers, notes
 
 
+def torch_elementwise_peers(rows, cols, deadline):
+    """silu(a) * b + c over (rows, cols) BF16: eager (three kernels), from a CUDA graph, and
+    torch.compile (one fused kernel). 128 MiB per pass at 4096 x 4096: past the L2."""
+    import torch
+    import torch.nn.functional as F
+    peers, notes = {}, []
+    a, b, c = (torch.empty(rows, cols, device="cuda", dtype=torch.bfloat16).uniform_(-4, 4) for _ in range(3))
+    fn = lambda: F.silu(a) * b + c
+    peers["torch_eager"] = time_us(fn, 1)
+    try:
+        fn()
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            out = fn()
+        peers["torch_cuda_graph"] = time_us(graph.replay, 1)
+        del graph, out
+    except Exception as err:
+        notes.append(f"torch_cuda_graph failed: {err}")
+    if time.monotonic() < deadline:
+        try:
+            torch._dynamo.reset()
+            compiled = torch.compile(lambda x, y, z: F.silu(x) * y + z, dynamic=False)
+            peers["torch_compile"] = time_us(lambda: compiled(a, b, c), 1)
+        except Exception as err:
+            notes.append(f"torch.compile failed: {str(err).splitlines()[0][:200]}")
+    else:
+        notes.append("torch.compile skipped: time budget spent")
+    del a, b, c
+    torch.cuda.empty_cache()
+    return peers, notes
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--bin", default=str(DEFAULT_BIN))
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--budget-s", type=float, default=240.0)
+    parser.add_argument("--elementwise-only", action="store_true",
+                        help="only case 2's elementwise chain (elementwise_cuda beside --bin)")
     args = parser.parse_args()
     started = time.monotonic()
+    chain = elementwise_case(Path(args.bin).parent / "elementwise_cuda", args.quick, started + args.budget_s)
+    if args.elementwise_only:
+        return chain
 
     command = [args.bin, "--budget-s", str(args.budget_s * 0.4)] + (["--quick"] if args.quick else [])
     if not Path(args.bin).exists():
@@ -211,6 +250,36 @@ def main():
             except Exception as err:
                 line["peer_status"] = f"failed: {err}"
         emit(line)
+    return proc.returncode or chain
+
+
+def elementwise_case(binary, quick, deadline):
+    """Case 2's elementwise chain: luminal's compiled program (elementwise_cuda) and its peers."""
+    if not binary.exists():
+        emit({"suite": "cuda", "case": "elementwise_chain", "status": "failed", "error": f"{binary} not built"})
+        return 1
+    rows = cols = 1024 if quick else 4096
+    proc = subprocess.run([str(binary), "--rows", str(rows), "--cols", str(cols)], capture_output=True, text=True)
+    line = None
+    for raw in proc.stdout.splitlines():
+        try:
+            line = json.loads(raw)
+        except json.JSONDecodeError:
+            print(raw, file=sys.stderr)
+    if line is None:
+        print(proc.stderr, file=sys.stderr)
+        emit({"suite": "cuda", "case": "elementwise_chain", "status": "failed", "error": f"exit {proc.returncode}"})
+        return 1
+    if "value" in line:
+        try:
+            peers, notes = torch_elementwise_peers(rows, cols, deadline)
+            line["peers"] = {k: round(v, 3) for k, v in peers.items()}
+            line["ratio_vs_best_peer"] = round(min(peers.values()) / line["value"], 4) if line["value"] else None
+            if notes:
+                line["peer_notes"] = notes
+        except Exception as err:
+            line["peer_status"] = f"failed: {err}"
+    emit(line)
     return proc.returncode
 
 

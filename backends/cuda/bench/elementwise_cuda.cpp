@@ -1,0 +1,106 @@
+// Issue 10, benchmark case 2 (the elementwise part): a fused elementwise chain over
+// (4096, 4096) BF16 built with the tensor API and compiled by the search for the CUDA
+// runtime: y = silu(a) * b + c (a SwiGLU product and a residual add: three reads and one
+// write, 128 MiB, twice an H100's or H200's L2, so no run is served from the L2).
+// bench/suite_cuda.py runs this program and times the PyTorch peers in the same run.
+//
+// Prints one JSON line: the median CUDA-event time of one run on the runtime's stream
+// (`profile`: the captured graph's kernels, as in a model's step), the median host-clock
+// time of `execute` (it also waits for the device and reads the error slot), the floor
+// (bytes moved / the copy bandwidth measured here) and the fraction of it reached, and the
+// largest error against a host reference over a sample of elements (exit 1 past BF16's
+// rounding of the result).
+//
+//   elementwise_cuda [--rows 4096] [--cols 4096] [--search-s 5] [--runs 50]
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <random>
+#include <vector>
+
+#include "luminal/luminal.hpp"
+#include "luminal_cuda/cuda_runtime.hpp"
+#include "luminal_cuda/device.hpp"
+
+#include "bench_util.hpp"
+
+using namespace luminal;
+using cuda::bench::arg;
+using cuda::bench::json_escape;
+using cuda::bench::json_number;
+using cuda::bench::median;
+using Clock = std::chrono::steady_clock;
+
+int main(int argc, char** argv) {
+  try {
+    if (!cuda::available().ok) {
+      std::printf("{\"suite\": \"cuda\", \"case\": \"elementwise_chain\", \"status\": \"skipped\", \"reason\": \"%s\"}\n",
+                  json_escape(cuda::available().message).c_str());
+      return 0;
+    }
+    const auto rows = static_cast<int64_t>(arg(argc, argv, "--rows", 4096));
+    const auto cols = static_cast<int64_t>(arg(argc, argv, "--cols", 4096));
+    const double search_s = arg(argc, argv, "--search-s", 5);
+    const int runs = std::max(3, static_cast<int>(arg(argc, argv, "--runs", 50)));
+
+    Graph cx;
+    auto a = cx.named_tensor("a", {rows, cols}, DType::BF16).persist();
+    auto b = cx.named_tensor("b", {rows, cols}, DType::BF16).persist();
+    auto c = cx.named_tensor("c", {rows, cols}, DType::BF16).persist();
+    auto y = (a.silu() * b + c).output("y");
+    const auto t0 = Clock::now();
+    auto rt = cx.compile(cuda::CudaRuntime{}, CompileOptions().search_time_limit(std::chrono::duration<double>(search_s)));
+    const double compile_s = std::chrono::duration<double>(Clock::now() - t0).count();
+
+    const auto n = static_cast<size_t>(rows * cols);
+    std::mt19937 rng(11);
+    std::uniform_real_distribution<float> dist(-4.0f, 4.0f);
+    std::vector<std::vector<float>> host(3, std::vector<float>(n));
+    for (auto& v : host)
+      for (float& x : v) x = dist(rng);
+    rt.set_data(a, host[0]);
+    rt.set_data(b, host[1]);
+    rt.set_data(c, host[2]);
+    const DimMap dims = cx.dim_map();
+    for (int i = 0; i < 3; ++i) rt.execute(dims);  // resolve, capture, replay
+
+    std::vector<double> host_us, event_us;
+    for (int i = 0; i < runs; ++i) {
+      const auto s0 = Clock::now();
+      rt.execute(dims);
+      host_us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - s0).count());
+    }
+    for (int i = 0; i < runs; ++i)
+      event_us.push_back(rt.profile(dims, ProfileOptions{0, 1, std::chrono::duration<double>(60.0)}).seconds * 1e6);
+
+    // The result against the same chain in float on the host, rounded like the graph's
+    // BF16 steps: within a few BF16 ulps of the result's magnitude.
+    const std::vector<float> got = rt.get_f32(y);
+    auto bf16 = [](float v) { return bf16_bits_to_f32(f32_to_bf16_bits(v)); };
+    double worst = 0;
+    for (size_t i = 0; i < n; i += 997) {
+      const float x0 = bf16(host[0][i]), x1 = bf16(host[1][i]), x2 = bf16(host[2][i]);
+      const double want = x0 / (1.0 + std::exp(-static_cast<double>(x0))) * x1 + x2;
+      worst = std::max(worst, std::abs(got[i] - want) / (1.0 + std::abs(want)));
+    }
+
+    cuda::Stream stream;
+    const double bandwidth = cuda::copy_bandwidth(stream.get());
+    const double bytes = 4.0 * static_cast<double>(n) * 2.0;
+    const double floor_us = bytes / bandwidth * 1e6;
+    const double us = median(event_us);
+    std::printf(
+        "{\"suite\": \"cuda\", \"case\": \"elementwise_chain_bf16_%lldx%lld\", \"value\": %s, \"unit\": \"us\", "
+        "\"better\": \"lower\", \"floor_us\": %s, \"fraction_of_floor\": %s, \"target\": \">= 0.85 of floor\", "
+        "\"execute_host_us\": %s, \"compile_s\": %s, \"kernels_compiled\": %d, \"max_rel_error\": %s, "
+        "\"what\": \"silu(a) * b + c, BF16, CUDA-event time of one run of the captured graph\"}\n",
+        static_cast<long long>(rows), static_cast<long long>(cols), json_number(us).c_str(), json_number(floor_us).c_str(),
+        json_number(floor_us / us, "%.3f").c_str(), json_number(median(host_us)).c_str(),
+        json_number(compile_s, "%.2f").c_str(), rt.kernels_compiled(), json_number(worst, "%.3g").c_str());
+    return worst <= 0.05 ? 0 : 1;
+  } catch (const std::exception& e) {
+    std::printf("{\"suite\": \"cuda\", \"case\": \"elementwise_chain\", \"status\": \"failed\", \"error\": \"%s\"}\n",
+                json_escape(e.what()).c_str());
+    return 1;
+  }
+}
