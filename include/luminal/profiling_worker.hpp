@@ -34,6 +34,9 @@ struct CandidateRequest {
   uint64_t seed = 0;
   InputValues values = InputValues::Uniform;
   ProfileOptions options;
+  // The first candidate of a segment search: the worker starts a fresh runtime and makes
+  // the profiling inputs (a worker serves one compile, segment after segment).
+  bool new_segment = false;
 };
 
 struct CandidateOutcome {
@@ -44,7 +47,8 @@ struct CandidateOutcome {
 };
 
 // The worker's side: serves requests from `in_fd`, answering on `out_fd`, on one runtime
-// made by `make_runtime` (its profiling inputs are made on the first request). Returns the
+// made by `make_runtime` again for each new segment (whose first request makes the
+// profiling inputs), and for the first request of a worker. Returns the
 // process's exit status: 0 at the end of input, 3 after a DeviceLost (the context is gone:
 // the worker must end).
 int serve_profiling(const std::function<std::unique_ptr<Runtime>()>& make_runtime, int in_fd = 0, int out_fd = 1);

@@ -148,14 +148,32 @@ DType segment_precision(const Graph& g) {
   return p;
 }
 
+// The compile's profiling worker (Runtime::profiling_worker), started by the first
+// segment search that needs it and shared by the rest: one process start and one device
+// context per compile, not per segment.
+struct WorkerSlot {
+  bool checked = false;
+  std::unique_ptr<ProfilingWorker> worker;
+  ProfilingWorker* get(const Runtime& rt) {
+    if (!checked) {
+      checked = true;
+      const char* in_process = std::getenv("LUMINAL_PROFILE_IN_PROCESS");
+      std::vector<std::string> command = rt.profiling_worker();
+      if (!command.empty() && !(in_process && *in_process && std::string(in_process) != "0"))
+        worker = std::make_unique<ProfilingWorker>(std::move(command));
+    }
+    return worker.get();
+  }
+};
+
 // Runs candidates of one segment at one bucket on a single runtime whose inputs are set
 // once; remembers every program it has seen.
 class SegmentProfiler {
  public:
   SegmentProfiler(const SaturatedSegment& seg, const Runtime& target, const CompileOptions& o, DimMap dims,
-                  CompileReport& report)
+                  CompileReport& report, WorkerSlot& workers)
       : seg_(seg), o_(o), dims_(std::move(dims)), report_(report), rt_(target.fresh()),
-        precision_(segment_precision(*seg.graph)) {}
+        precision_(segment_precision(*seg.graph)), workers_(workers) {}
 
   // The inputs are made once, by the runtime, where it keeps them (after the first
   // program is loaded, so the runtime knows them).
@@ -290,10 +308,13 @@ class SegmentProfiler {
     if (isolated(candidate)) {
       // In the worker: load, inputs (on a new worker's first candidate), profile, outputs.
       auto t0 = clock_type::now();
-      CandidateRequest q{&candidate.program, candidate.io_of, seg_.graph.get(), dims_, seed_, input_values_, po};
+      CandidateRequest q{&candidate.program, candidate.io_of, seg_.graph.get(), dims_, seed_, input_values_, po,
+                         !worker_used_};
+      worker_used_ = true;
       // A fault can hang a device as well as stop it: a worker silent far past the profile
       // timeout (loading, making inputs and compiling count too) is given up.
-      CandidateOutcome got = worker_->run(q, std::chrono::duration<double>(60.0 + 10.0 * o_.profile_timeout_.count()));
+      CandidateOutcome got =
+          worker_->run(q, std::chrono::duration<double>(60.0 + 10.0 * o_.profile_timeout_.count()));
       phase_s_[kProfile] += since(t0);
       r = got.result;
       if (got.status == CandidateOutcome::Status::WorkerLost) worker_losses_.push_back(got.message);
@@ -372,17 +393,13 @@ class SegmentProfiler {
     return e;
   }
 
-  // Whether `candidate` runs in the runtime's profiling worker: the runtime names one, the
+  // Whether `candidate` runs in the compile's profiling worker: the runtime names one, the
   // segment and the program can be sent (no CustomOp), and LUMINAL_PROFILE_IN_PROCESS is
   // not set.
   bool isolated(const search::Extracted& candidate) {
     if (!worker_checked_) {
       worker_checked_ = true;
-      const char* in_process = std::getenv("LUMINAL_PROFILE_IN_PROCESS");
-      std::vector<std::string> command = rt_->profiling_worker();
-      if (!command.empty() && !(in_process && *in_process && std::string(in_process) != "0") &&
-          serialize_graph(*seg_.graph))
-        worker_ = std::make_unique<ProfilingWorker>(std::move(command));
+      if (serialize_graph(*seg_.graph)) worker_ = workers_.get(*rt_);
     }
     if (!worker_) return false;
     for (const Node& n : candidate.program.nodes())
@@ -409,8 +426,10 @@ class SegmentProfiler {
   std::unordered_map<uint64_t, search::Evaluation> seen_;
   std::vector<std::pair<size_t, size_t>> pending_dups_;
   std::vector<std::string> worker_losses_;
+  WorkerSlot& workers_;
   bool worker_checked_ = false;
-  std::unique_ptr<ProfilingWorker> worker_;  // profiles candidates in a child process (isolated)
+  bool worker_used_ = false;             // this segment's first request tells the worker
+  ProfilingWorker* worker_ = nullptr;    // profiles candidates in a child process (isolated)
 };
 
 // Run `program` on `rt` over inputs the runtime makes itself (on the device, where it can:
@@ -532,7 +551,7 @@ DimMap verification_dims(const DimMap& dims, const BucketRanges& ranges) {
 // Search one segment at one bucket; returns the chosen program.
 search::SegmentProgram search_segment(const SaturatedSegment& seg, const Runtime& target, const CompileOptions& o,
                                       const DimMap& dims, const BucketRanges& ranges, double time_left_s,
-                                      CompileReport& report) {
+                                      CompileReport& report, WorkerSlot& workers) {
   auto t0 = clock_type::now();
   const search::ChoiceSpace& space = seg.space;
   report.choice_slots += static_cast<int64_t>(space.slots.size());
@@ -550,7 +569,7 @@ search::SegmentProgram search_segment(const SaturatedSegment& seg, const Runtime
   } else if (!space.slots.empty()) {
     std::vector<uint32_t> choices;
     for (const auto& opts : space.options) choices.push_back(static_cast<uint32_t>(opts.size()));
-    SegmentProfiler profiler(seg, target, o, dims, report);
+    SegmentProfiler profiler(seg, target, o, dims, report, workers);
     profiler.set_inputs(InputValues::Uniform, o.seed_ + 17);
     search::SearchSetup setup;
     setup.seeds = {cheapest, source};
@@ -756,6 +775,7 @@ void Graph::compile_into(Runtime& runtime, const CompileOptions& options) const 
   double nodes_to_search = static_cast<double>(size());
   if (block) nodes_to_search -= static_cast<double>(block->period) * (block->count - 1);
   nodes_to_search *= static_cast<double>(combos.size());
+  WorkerSlot workers;  // the profiling worker, where the runtime has one (ends with the compile)
   for (const auto& combo : combos) {
     auto segment_search = [&](const Graph& segment) {
       const double weight = static_cast<double>(segment.size());
@@ -778,7 +798,8 @@ void Graph::compile_into(Runtime& runtime, const CompileOptions& options) const 
       if (!sat) sat = saturate_segment(segment, runtime, options, report);
       else report.segments_reused++;
       double left = (budget - (report.search_s + report.saturate_s)) * share;
-      search::SegmentProgram chosen = search_segment(*sat, runtime, options, combo.dims, combo.ranges, left, report);
+      search::SegmentProgram chosen =
+          search_segment(*sat, runtime, options, combo.dims, combo.ranges, left, report, workers);
       if (!cache_key.empty()) cache->store(cache_key, chosen);
       return chosen;
     };

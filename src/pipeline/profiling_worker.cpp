@@ -112,6 +112,7 @@ enum Answer : uint8_t { kOk = 0, kError = 1, kDeviceLost = 2 };
 
 std::string encode_request(const CandidateRequest& q, const std::string& program, const std::string& segment) {
   Writer w;
+  w.pod<uint8_t>(q.new_segment);
   w.bytes(program);
   w.pod<uint64_t>(q.io_of.size());
   for (NodeId id : q.io_of) w.pod<uint64_t>(id);
@@ -151,6 +152,7 @@ int serve_profiling(const std::function<std::unique_ptr<Runtime>()>& make_runtim
   while (auto message = read_message(in_fd)) {
     try {
       Reader r(*message);
+      const bool new_segment = r.pod<uint8_t>() != 0;
       const Graph program = parse_graph(r.bytes());
       std::vector<NodeId> io_of(r.pod<uint64_t>());
       for (NodeId& id : io_of) id = static_cast<NodeId>(r.pod<uint64_t>());
@@ -169,7 +171,11 @@ int serve_profiling(const std::function<std::unique_ptr<Runtime>()>& make_runtim
       LUMINAL_CHECK(io_of.size() == program.size(), "profiling worker: ", io_of.size(), " external ids for ",
                     program.size(), " nodes");
 
-      if (!rt) rt = make_runtime();
+      if (!rt || new_segment) {
+        rt.reset();  // frees the last segment's buffers first
+        rt = make_runtime();
+        inputs_made = false;
+      }
       rt->load_program(0, program, io_of);
       if (!inputs_made) {
         for (NodeId i = 0; i < segment.size(); ++i)
