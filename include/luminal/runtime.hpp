@@ -127,6 +127,11 @@ class Runtime {
   // Time the active program: warm-up runs, then trials; the best trial counts. The
   // default uses the host clock around run() and sets the deadline run() checks.
   virtual ProfileResult profile(const DimMap& dims, const ProfileOptions& options);
+  // A worker program (and its arguments) that profiles this runtime's candidates in a
+  // child process (luminal/profiling_worker.hpp), for a device that a faulting candidate
+  // takes down for the rest of the process: the compile then rejects that candidate and
+  // goes on with a fresh worker. Empty (the default): candidates run in this process.
+  virtual std::vector<std::string> profiling_worker() const { return {}; }
 
   // ---- programs ----
   // Load a program into slot `slot` (replacing any program there); slot 0 is the one

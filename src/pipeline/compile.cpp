@@ -26,6 +26,7 @@
 #include "luminal/error.hpp"
 #include "luminal/graph.hpp"
 #include "luminal/plan/memory_planner.hpp"
+#include "luminal/profiling_worker.hpp"
 #include "luminal/program_cache.hpp"
 #include "luminal/runtime.hpp"
 #include "luminal/search/genetic.hpp"
@@ -147,14 +148,32 @@ DType segment_precision(const Graph& g) {
   return p;
 }
 
+// The compile's profiling worker (Runtime::profiling_worker), started by the first
+// segment search that needs it and shared by the rest: one process start and one device
+// context per compile, not per segment.
+struct WorkerSlot {
+  bool checked = false;
+  std::unique_ptr<ProfilingWorker> worker;
+  ProfilingWorker* get(const Runtime& rt) {
+    if (!checked) {
+      checked = true;
+      const char* in_process = std::getenv("LUMINAL_PROFILE_IN_PROCESS");
+      std::vector<std::string> command = rt.profiling_worker();
+      if (!command.empty() && !(in_process && *in_process && std::string(in_process) != "0"))
+        worker = std::make_unique<ProfilingWorker>(std::move(command));
+    }
+    return worker.get();
+  }
+};
+
 // Runs candidates of one segment at one bucket on a single runtime whose inputs are set
 // once; remembers every program it has seen.
 class SegmentProfiler {
  public:
   SegmentProfiler(const SaturatedSegment& seg, const Runtime& target, const CompileOptions& o, DimMap dims,
-                  CompileReport& report)
+                  CompileReport& report, WorkerSlot& workers)
       : seg_(seg), o_(o), dims_(std::move(dims)), report_(report), rt_(target.fresh()),
-        precision_(segment_precision(*seg.graph)) {}
+        precision_(segment_precision(*seg.graph)), workers_(workers) {}
 
   // The inputs are made once, by the runtime, where it keeps them (after the first
   // program is loaded, so the runtime knows them).
@@ -243,6 +262,8 @@ class SegmentProfiler {
   }
 
   Runtime& runtime() { return *rt_; }
+  // Why each profiling worker this segment started was lost (a candidate faulted it).
+  const std::vector<std::string>& worker_losses() const { return worker_losses_; }
 
   // verbose: where the segment's search time went, beside the search's own work (choosing
   // genomes), which is what is left of its wall time.
@@ -279,70 +300,111 @@ class SegmentProfiler {
       std::fprintf(stderr, "\n  candidate of %zu nodes: load %.2f s, warm-up %.2f s, %.2f s in all, %s",
                    candidate.program.size(), load_s, r.warmup_seconds, total_s, verdict.c_str());
     };
-    try {
+    ProfileOptions po;
+    po.trials = o_.trials_;
+    po.warmup = o_.warmup_;
+    po.timeout = o_.profile_timeout_;
+    std::vector<std::pair<NodeId, HostTensor>> outs;
+    if (isolated(candidate)) {
+      // In the worker: load, inputs (on a new worker's first candidate), profile, outputs.
       auto t0 = clock_type::now();
-      rt_->load_program(0, candidate.program, candidate.io_of);
-      phase_s_[kLoad] += since(t0);
-      if (!inputs_filled_) {
-        auto fill_start = clock_type::now();
-        for (NodeId i = 0; i < seg_.graph->size(); ++i)
-          if (seg_.graph->node(i).op == OpKind::Input)
-            rt_->fill_profiling_input(i, seg_.graph->node(i), dims_, seed_ + i, input_values_);
-        inputs_filled_ = true;
-        phase_s_[kInputs] += since(fill_start);
-      }
-      load_s = since(t0);
-      report_.setup_s += load_s;
-      ProfileOptions po;
-      po.trials = o_.trials_;
-      po.warmup = o_.warmup_;
-      po.timeout = o_.profile_timeout_;
-      auto profile_start = clock_type::now();
-      r = rt_->profile(dims_, po);
-      phase_s_[kProfile] += since(profile_start);
-      PhaseTimer read_time{phase_s_[kRead]};
-      if (r.timed_out) {
-        e.rejection = search::Rejection::Timeout;
-        e.detail = "over the profile timeout";
+      CandidateRequest q{&candidate.program, candidate.io_of, seg_.graph.get(), dims_, seed_, input_values_, po,
+                         !worker_used_};
+      worker_used_ = true;
+      // A fault can hang a device as well as stop it: a worker silent far past the profile
+      // timeout (loading, making inputs and compiling count too) is given up.
+      CandidateOutcome got =
+          worker_->run(q, std::chrono::duration<double>(60.0 + 10.0 * o_.profile_timeout_.count()));
+      phase_s_[kProfile] += since(t0);
+      r = got.result;
+      if (got.status == CandidateOutcome::Status::WorkerLost) worker_losses_.push_back(got.message);
+      if (got.status != CandidateOutcome::Status::Ok) {
+        e.rejection = search::Rejection::Throws;
+        e.detail = got.status == CandidateOutcome::Status::WorkerLost
+                       ? "the candidate took down its profiling worker (the next candidate starts a fresh one): " + got.message
+                       : got.message;
         trace(e);
         return e;
       }
-      // The first program that runs (the cheapest) sets the reference values; the others
-      // must agree with it, NaN for NaN.
-      std::vector<std::pair<NodeId, HostTensor>> outs;
-      for (NodeId i = 0; i < candidate.program.size(); ++i) {
-        const Node& n = candidate.program.node(i);
-        if (n.op != OpKind::Output || candidate.io_of[i] == kNoNode) continue;
-        outs.emplace_back(candidate.io_of[i], rt_->get_tensor(candidate.io_of[i]));
+      outs = std::move(got.outputs);
+    } else {
+      try {
+        auto t0 = clock_type::now();
+        rt_->load_program(0, candidate.program, candidate.io_of);
+        phase_s_[kLoad] += since(t0);
+        if (!inputs_filled_) {
+          auto fill_start = clock_type::now();
+          for (NodeId i = 0; i < seg_.graph->size(); ++i)
+            if (seg_.graph->node(i).op == OpKind::Input)
+              rt_->fill_profiling_input(i, seg_.graph->node(i), dims_, seed_ + i, input_values_);
+          inputs_filled_ = true;
+          phase_s_[kInputs] += since(fill_start);
+        }
+        load_s = since(t0);
+        report_.setup_s += load_s;
+        auto profile_start = clock_type::now();
+        r = rt_->profile(dims_, po);
+        phase_s_[kProfile] += since(profile_start);
+        PhaseTimer read_time{phase_s_[kRead]};
+        if (!r.timed_out)
+          for (NodeId i = 0; i < candidate.program.size(); ++i) {
+            const Node& n = candidate.program.node(i);
+            if (n.op != OpKind::Output || candidate.io_of[i] == kNoNode) continue;
+            outs.emplace_back(candidate.io_of[i], rt_->get_tensor(candidate.io_of[i]));
+          }
+      } catch (const DeviceLost& ex) {
+        throw DeviceLost(detail::concat("compile: a candidate program (", candidate.program.size(),
+                                        " nodes) faulted the device while it was profiled, so the search cannot go on: ",
+                                        ex.what()));
+      } catch (const std::exception& ex) {
+        e.rejection = search::Rejection::Throws;
+        e.detail = ex.what();
+        trace(e);
+        return e;
       }
-      if (reference_.empty()) {
-        reference_ = std::move(outs);
-      } else {
-        for (auto& [id, t] : outs)
-          for (auto& [rid, rt] : reference_)
-            if (rid == id && is_float(t.dtype)) {
-              const auto started = clock_type::now();
-              if (auto why = compare_outputs(t, rt, precision_)) {
-                e.rejection = search::Rejection::Mismatch;
-                e.detail = *why;
-                trace(e);
-                return e;
-              }
-              note_slow_comparison(o_.verbose_, "candidate", id, t, started);
-            }
-      }
-      e.seconds = r.seconds;
-      trace(e);
-    } catch (const DeviceLost& ex) {
-      throw DeviceLost(detail::concat("compile: a candidate program (", candidate.program.size(),
-                                      " nodes) faulted the device while it was profiled, so the search cannot go on: ",
-                                      ex.what()));
-    } catch (const std::exception& ex) {
-      e.rejection = search::Rejection::Throws;
-      e.detail = ex.what();
-      trace(e);
     }
+    if (r.timed_out) {
+      e.rejection = search::Rejection::Timeout;
+      e.detail = "over the profile timeout";
+      trace(e);
+      return e;
+    }
+    // The first program that runs (the cheapest) sets the reference values; the others
+    // must agree with it, NaN for NaN.
+    PhaseTimer read_time{phase_s_[kRead]};
+    if (reference_.empty()) {
+      reference_ = std::move(outs);
+    } else {
+      for (auto& [id, t] : outs)
+        for (auto& [rid, rt] : reference_)
+          if (rid == id && is_float(t.dtype)) {
+            const auto started = clock_type::now();
+            if (auto why = compare_outputs(t, rt, precision_)) {
+              e.rejection = search::Rejection::Mismatch;
+              e.detail = *why;
+              trace(e);
+              return e;
+            }
+            note_slow_comparison(o_.verbose_, "candidate", id, t, started);
+          }
+    }
+    e.seconds = r.seconds;
+    trace(e);
     return e;
+  }
+
+  // Whether `candidate` runs in the compile's profiling worker: the runtime names one, the
+  // segment and the program can be sent (no CustomOp), and LUMINAL_PROFILE_IN_PROCESS is
+  // not set.
+  bool isolated(const search::Extracted& candidate) {
+    if (!worker_checked_) {
+      worker_checked_ = true;
+      if (serialize_graph(*seg_.graph)) worker_ = workers_.get(*rt_);
+    }
+    if (!worker_) return false;
+    for (const Node& n : candidate.program.nodes())
+      if (n.op == OpKind::CustomOp) return false;
+    return true;
   }
 
   const SaturatedSegment& seg_;
@@ -363,6 +425,11 @@ class SegmentProfiler {
   std::vector<std::pair<NodeId, HostTensor>> reference_;
   std::unordered_map<uint64_t, search::Evaluation> seen_;
   std::vector<std::pair<size_t, size_t>> pending_dups_;
+  std::vector<std::string> worker_losses_;
+  WorkerSlot& workers_;
+  bool worker_checked_ = false;
+  bool worker_used_ = false;             // this segment's first request tells the worker
+  ProfilingWorker* worker_ = nullptr;    // profiles candidates in a child process (isolated)
 };
 
 // Run `program` on `rt` over inputs the runtime makes itself (on the device, where it can:
@@ -484,7 +551,7 @@ DimMap verification_dims(const DimMap& dims, const BucketRanges& ranges) {
 // Search one segment at one bucket; returns the chosen program.
 search::SegmentProgram search_segment(const SaturatedSegment& seg, const Runtime& target, const CompileOptions& o,
                                       const DimMap& dims, const BucketRanges& ranges, double time_left_s,
-                                      CompileReport& report) {
+                                      CompileReport& report, WorkerSlot& workers) {
   auto t0 = clock_type::now();
   const search::ChoiceSpace& space = seg.space;
   report.choice_slots += static_cast<int64_t>(space.slots.size());
@@ -502,7 +569,7 @@ search::SegmentProgram search_segment(const SaturatedSegment& seg, const Runtime
   } else if (!space.slots.empty()) {
     std::vector<uint32_t> choices;
     for (const auto& opts : space.options) choices.push_back(static_cast<uint32_t>(opts.size()));
-    SegmentProfiler profiler(seg, target, o, dims, report);
+    SegmentProfiler profiler(seg, target, o, dims, report, workers);
     profiler.set_inputs(InputValues::Uniform, o.seed_ + 17);
     search::SearchSetup setup;
     setup.seeds = {cheapest, source};
@@ -518,6 +585,8 @@ search::SegmentProgram search_segment(const SaturatedSegment& seg, const Runtime
     report.candidates += result.report.candidates;
     report.duplicates += result.report.duplicates_skipped;
     for (auto r : result.report.rejected) report.rejected += r;
+    for (const auto& why : profiler.worker_losses())
+      report.notes.push_back("search: rejected a candidate that took down its profiling worker: " + why);
   }
   report.search_s += since(t0);
 
@@ -706,6 +775,7 @@ void Graph::compile_into(Runtime& runtime, const CompileOptions& options) const 
   double nodes_to_search = static_cast<double>(size());
   if (block) nodes_to_search -= static_cast<double>(block->period) * (block->count - 1);
   nodes_to_search *= static_cast<double>(combos.size());
+  WorkerSlot workers;  // the profiling worker, where the runtime has one (ends with the compile)
   for (const auto& combo : combos) {
     auto segment_search = [&](const Graph& segment) {
       const double weight = static_cast<double>(segment.size());
@@ -728,7 +798,8 @@ void Graph::compile_into(Runtime& runtime, const CompileOptions& options) const 
       if (!sat) sat = saturate_segment(segment, runtime, options, report);
       else report.segments_reused++;
       double left = (budget - (report.search_s + report.saturate_s)) * share;
-      search::SegmentProgram chosen = search_segment(*sat, runtime, options, combo.dims, combo.ranges, left, report);
+      search::SegmentProgram chosen =
+          search_segment(*sat, runtime, options, combo.dims, combo.ranges, left, report, workers);
       if (!cache_key.empty()) cache->store(cache_key, chosen);
       return chosen;
     };

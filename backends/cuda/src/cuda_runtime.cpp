@@ -1,6 +1,7 @@
 #include "luminal_cuda/cuda_runtime.hpp"
 
 #include <algorithm>
+#include <filesystem>
 #include <bit>
 #include <chrono>
 #include <cstdio>
@@ -734,6 +735,18 @@ CudaRuntime::CudaRuntime(std::shared_ptr<Shared> shared) : state_(std::make_uniq
 CudaRuntime::~CudaRuntime() = default;
 CudaRuntime::CudaRuntime(CudaRuntime&&) noexcept = default;
 CudaRuntime& CudaRuntime::operator=(CudaRuntime&&) noexcept = default;
+
+std::vector<std::string> CudaRuntime::profiling_worker() const {
+  if (const char* env = std::getenv("LUMINAL_CUDA_PROFILE_WORKER")) {
+    if (!*env || std::string(env) == "0") return {};
+    return {env};
+  }
+#ifdef LUMINAL_CUDA_PROFILE_WORKER_PATH
+  std::error_code ec;
+  if (std::filesystem::exists(LUMINAL_CUDA_PROFILE_WORKER_PATH, ec)) return {LUMINAL_CUDA_PROFILE_WORKER_PATH};
+#endif
+  return {};
+}
 
 std::unique_ptr<Runtime> CudaRuntime::fresh() const {
   auto rt = std::make_unique<CudaRuntime>(state_->shared);

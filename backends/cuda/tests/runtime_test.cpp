@@ -9,6 +9,8 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <functional>
 #include <random>
 #include <sstream>
@@ -1035,6 +1037,44 @@ TEST(CudaRuntime, KernelErrorsAreReported) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("out of range"), std::string::npos) << e.what();
   }
+}
+
+TEST(CudaRuntime, AFaultingCandidateIsRejectedAndTheSearchGoesOn) {
+  // Candidates run in the profiling worker (luminal-cuda-profile-worker): ctest's
+  // cuda_runtime_worker_fault_emulated makes the second kernel execution of one worker
+  // process fault (LUMINAL_FAKE_CUDA_FAULT_IN_WORKER, _AT_KERNEL=2, _ONCE=file). The
+  // candidate that ran it is rejected, the next candidate gets a fresh worker, the compile
+  // finishes and says what happened, and the program it chose computes the right values.
+  const char* once = std::getenv("LUMINAL_FAKE_CUDA_FAULT_ONCE");
+  if (once == nullptr || std::getenv("LUMINAL_FAKE_CUDA_FAULT_IN_WORKER") == nullptr)
+    GTEST_SKIP() << "runs under the emulation with a fault injected into one profiling worker "
+                    "(ctest cuda_runtime_worker_fault_emulated)";
+  LUMINAL_REQUIRE_GPU();
+  ASSERT_FALSE(cuda::CudaRuntime().profiling_worker().empty()) << "luminal-cuda-profile-worker is not built";
+  std::ofstream(once) << "the first profiling worker to run its second kernel faults\n";
+  luminal::Graph cx;
+  auto x = cx.named_tensor("x", {5, 24}, DType::F32);
+  auto w = cx.named_tensor("w", {7, 24}, DType::F32).persist();
+  auto y = (x.linear(w).relu() * 2.0f + 1.0f).output("y");
+  CompileReport report;
+  auto rt = cx.compile(cuda::CudaRuntime{}, CompileOptions().search_graph_limit(6).trials(1).report(&report));
+  EXPECT_FALSE(std::filesystem::exists(once)) << "no profiling worker faulted";
+  EXPECT_GE(report.rejected, 1) << report.to_string();
+  bool noted = false;
+  for (const auto& note : report.notes) noted |= note.find("took down its profiling worker") != std::string::npos &&
+                                                note.find("CUDA_ERROR_ILLEGAL_ADDRESS") != std::string::npos;
+  EXPECT_TRUE(noted) << report.to_string();
+  const HostTensor xs = varied(DType::F32, 5 * 24, 3, false), ws = varied(DType::F32, 7 * 24, 4, false);
+  rt.set_tensor(x.id(), xs);
+  rt.set_tensor(w.id(), ws);
+  rt.execute(cx.dim_map());
+  const std::vector<float> got = rt.get_f32(y), xv = xs.to_f32(), wv = ws.to_f32();
+  for (int i = 0; i < 5; ++i)
+    for (int j = 0; j < 7; ++j) {
+      double acc = 0;
+      for (int k = 0; k < 24; ++k) acc += static_cast<double>(xv[i * 24 + k]) * wv[j * 24 + k];
+      EXPECT_NEAR(got[i * 7 + j], std::max(acc, 0.0) * 2 + 1, 1e-4 * (1 + std::abs(acc))) << i << " " << j;
+    }
 }
 
 TEST(CudaRuntime, AFaultingKernelStopsTheCompileWithDeviceLost) {

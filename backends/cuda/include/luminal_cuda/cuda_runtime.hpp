@@ -56,6 +56,11 @@ class CudaRuntime : public Runtime {
   // minutes to make on the host); adversarial and integer data as the default does.
   void fill_profiling_input(NodeId id, const Node& input, const DimMap& dims, uint64_t seed, InputValues values) override;
   ProfileResult profile(const DimMap& dims, const ProfileOptions& options) override;
+  // Candidates are profiled in `luminal-cuda-profile-worker` (built beside this library),
+  // so that one that faults the GPU is rejected instead of ending the compile; the
+  // environment's LUMINAL_CUDA_PROFILE_WORKER names another program, or 0 for none (then
+  // a fault stops the compile with DeviceLost).
+  std::vector<std::string> profiling_worker() const override;
   void load_program(size_t slot, const luminal::Graph& program, std::vector<NodeId> external_ids) override;
   void set_tensor(NodeId input, HostTensor data) override;
   HostTensor get_tensor(NodeId node) const override;

@@ -79,11 +79,24 @@ long fault_at_kernel() {
   }();
   return n;
 }
+// Two refinements, for the compile's profiling worker (luminal/profiling_worker.hpp):
+// LUMINAL_FAKE_CUDA_FAULT_IN_WORKER=1 counts only in a profiling worker process
+// (LUMINAL_PROFILING_WORKER set), and LUMINAL_FAKE_CUDA_FAULT_ONCE=PATH faults only while
+// PATH exists: the process that faults removes it, so one process of many faults, once.
+bool fault_applies_here() {
+  static const bool here = [] {
+    const char* worker_only = std::getenv("LUMINAL_FAKE_CUDA_FAULT_IN_WORKER");
+    return !(worker_only && *worker_only == '1') || std::getenv("LUMINAL_PROFILING_WORKER") != nullptr;
+  }();
+  return here;
+}
 // Whether this kernel execution is the injected fault (it then must not run).
 bool kernel_faults() {
   if (g_faulted.load()) return true;
   const long n = fault_at_kernel();
-  if (n > 0 && g_kernel_runs.fetch_add(1) + 1 == n) {
+  if (n > 0 && fault_applies_here() && g_kernel_runs.fetch_add(1) + 1 == n) {
+    const char* once = std::getenv("LUMINAL_FAKE_CUDA_FAULT_ONCE");
+    if (once && *once && ::unlink(once) != 0) return false;  // another process faulted already
     g_faulted.store(true);
     return true;
   }
