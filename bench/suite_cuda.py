@@ -57,6 +57,20 @@ def time_us(run_pass, launches_per_pass, samples=5):
     return statistics.median(times)
 
 
+def time_compiled(peers, notes, deadline, make_pass, launches):
+    """peers["torch_compile"]: the pass `make_pass()` returns (it compiles with torch.compile),
+    timed like the others, unless the budget is spent; a failure is a note, not fatal."""
+    import torch
+    if time.monotonic() >= deadline:
+        notes.append("torch.compile skipped: time budget spent")
+        return
+    try:
+        torch._dynamo.reset()
+        peers["torch_compile"] = time_us(make_pass(), launches)
+    except Exception as err:
+        notes.append(f"torch.compile failed: {str(err).splitlines()[0][:200]}")
+
+
 def torch_peers(K, N, M, copies, deadline):
     import torch
     import torch.nn.functional as F
@@ -89,20 +103,11 @@ def torch_peers(K, N, M, copies, deadline):
     except Exception as err:  # a peer that cannot run is reported, not fatal
         notes.append(f"torch_cuda_graph failed: {err}")
 
-    if time.monotonic() < deadline:
-        try:
-            torch._dynamo.reset()
-            compiled = torch.compile(lambda a, b: F.linear(a, b), dynamic=False)
+    def linear_pass():
+        compiled = torch.compile(lambda a, b: F.linear(a, b), dynamic=False)
+        return lambda: [compiled(x, w) for w in weights]
 
-            def compiled_pass():
-                for w in weights:
-                    compiled(x, w)
-
-            peers["torch_compile"] = time_us(compiled_pass, copies)
-        except Exception as err:
-            notes.append(f"torch.compile failed: {str(err).splitlines()[0][:200]}")
-    else:
-        notes.append("torch.compile skipped: time budget spent")
+    time_compiled(peers, notes, deadline, linear_pass, copies)
     del weights, outs, x
     torch.cuda.empty_cache()
     return peers, notes
@@ -135,20 +140,11 @@ def torch_row_peers(op, rows, cols, copies, deadline):
         del graph, outs
     except Exception as err:
         notes.append(f"torch_cuda_graph failed: {err}")
-    if time.monotonic() < deadline:
-        try:
-            torch._dynamo.reset()
-            compiled = torch.compile(fn, dynamic=False)
+    def rows_pass():
+        compiled = torch.compile(fn, dynamic=False)
+        return lambda: [compiled(x) for x in xs]
 
-            def compiled_pass():
-                for x in xs:
-                    compiled(x)
-
-            peers["torch_compile"] = time_us(compiled_pass, copies)
-        except Exception as err:
-            notes.append(f"torch.compile failed: {str(err).splitlines()[0][:200]}")
-    else:
-        notes.append("torch.compile skipped: time budget spent")
+    time_compiled(peers, notes, deadline, rows_pass, copies)
     del xs
     torch.cuda.empty_cache()
     return peers, notes
@@ -173,15 +169,11 @@ def torch_elementwise_peers(rows, cols, deadline):
         del graph, out
     except Exception as err:
         notes.append(f"torch_cuda_graph failed: {err}")
-    if time.monotonic() < deadline:
-        try:
-            torch._dynamo.reset()
-            compiled = torch.compile(lambda x, y, z: F.silu(x) * y + z, dynamic=False)
-            peers["torch_compile"] = time_us(lambda: compiled(a, b, c), 1)
-        except Exception as err:
-            notes.append(f"torch.compile failed: {str(err).splitlines()[0][:200]}")
-    else:
-        notes.append("torch.compile skipped: time budget spent")
+    def chain_pass():
+        compiled = torch.compile(lambda x, y, z: F.silu(x) * y + z, dynamic=False)
+        return lambda: compiled(a, b, c)
+
+    time_compiled(peers, notes, deadline, chain_pass, 1)
     del a, b, c
     torch.cuda.empty_cache()
     return peers, notes
