@@ -32,6 +32,11 @@ struct ProfileOptions {
   int warmup = 1;
   int trials = 3;
   std::chrono::duration<double> timeout{1.0};
+  // Runs enqueued back to back in each timed trial, the trial's time divided among them.
+  // Where a backend enqueues asynchronously (CUDA) the device then runs them as a model's
+  // steady steps do, the host's per-run work overlapped with the previous run: device
+  // throughput. 1 (the search's default): one run, its host work included.
+  int runs_per_trial = 1;
 };
 
 // How long one execution took, as measured by the backend (the best trial).

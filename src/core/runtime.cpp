@@ -75,8 +75,9 @@ ProfileResult Runtime::profile(const DimMap& dims, const ProfileOptions& o) {
   try {
     for (int t = 0; t < std::max(o.warmup, 0) + std::max(o.trials, 1); ++t) {
       auto t0 = clock::now();
-      run(active_slot_, dims);
-      if (t >= o.warmup) best = std::min(best, std::chrono::duration<double>(clock::now() - t0).count());
+      const int runs = t >= o.warmup ? std::max(o.runs_per_trial, 1) : 1;
+      for (int i = 0; i < runs; ++i) run(active_slot_, dims);
+      if (t >= o.warmup) best = std::min(best, std::chrono::duration<double>(clock::now() - t0).count() / runs);
       else r.warmup_seconds = std::chrono::duration<double>(clock::now() - start).count();
       if (clock::now() - start > o.timeout) {
         r.timed_out = true;

@@ -1832,11 +1832,12 @@ ProfileResult CudaRuntime::profile(const DimMap& dims, const ProfileOptions& o) 
         result.timed_out = true;
         break;
       }
+      const int runs = std::max(o.runs_per_trial, 1);
       begin.record(s.stream());
-      run(active_slot(), dims);
+      for (int i = 0; i < runs; ++i) run(active_slot(), dims);
       end.record(s.stream());
       end.synchronize();
-      best = std::min(best, Event::elapsed_ms(begin, end) * 1e-3);
+      best = std::min(best, Event::elapsed_ms(begin, end) * 1e-3 / runs);
     }
   } catch (const ProfileTimeout&) {
     result.timed_out = true;
