@@ -252,14 +252,17 @@ LM_FN float lm_f16_to_f32(unsigned short h) {
   return LM_U2F(sign | ((exp + 112u) << 23) | (mant << 13));
 #endif
 }
+/* On the device a NaN's sign is kept (cvt gives one positive NaN) by a select after the
+   conversion, not a branch before it: a branch per conversion split an elementwise kernel
+   into dozens of blocks and cost case 2's chain 22% of its time (docs/LESSONS.md). */
 LM_FN unsigned short lm_f32_to_f16(float f) {
   unsigned u = LM_F2U(f), sign = (u >> 16) & 0x8000u, a = u & 0x7fffffffu;
-  if (a > 0x7f800000u) return (unsigned short)(sign | 0x7e00u);
 #if defined(__CUDA_ARCH__)
   unsigned short h;
   asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
-  return h;
+  return a > 0x7f800000u ? (unsigned short)(sign | 0x7e00u) : h;
 #else
+  if (a > 0x7f800000u) return (unsigned short)(sign | 0x7e00u);
   if (a >= 0x477ff000u) return (unsigned short)(sign | 0x7c00u);
   if (a < 0x38800000u) return (unsigned short)(sign | (unsigned)rintf(LM_U2F(a) * 16777216.0f));
   unsigned r = a - 0x38000000u;
@@ -269,12 +272,12 @@ LM_FN unsigned short lm_f32_to_f16(float f) {
 LM_FN float lm_bf16_to_f32(unsigned short h) { return LM_U2F((unsigned)h << 16); }
 LM_FN unsigned short lm_f32_to_bf16(float f) {
   unsigned u = LM_F2U(f);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((u >> 16) | 0x40u);
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   unsigned short h;
   asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(f));
-  return h;
+  return (u & 0x7fffffffu) > 0x7f800000u ? (unsigned short)((u >> 16) | 0x40u) : h;
 #else
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((u >> 16) | 0x40u);
   return (unsigned short)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
 #endif
 }
