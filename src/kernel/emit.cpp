@@ -242,12 +242,12 @@ LM_FN void lm_report(int* err, int code, int site, long long index, long long po
    SwiGLU rounds six times per element, ~6 integer operations each in software. */
 LM_FN float lm_f16_to_f32(unsigned short h) {
   unsigned sign = (unsigned)(h & 0x8000u) << 16, exp = (h >> 10) & 0x1fu, mant = h & 0x3ffu;
-  if (exp == 31) return LM_U2F(sign | 0x7f800000u | (mant << 13));
 #if defined(__CUDA_ARCH__)
   float f;
   asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
-  return f;
+  return exp == 31 ? LM_U2F(sign | 0x7f800000u | (mant << 13)) : f;
 #else
+  if (exp == 31) return LM_U2F(sign | 0x7f800000u | (mant << 13));
   if (exp == 0) { float v = (float)mant * 5.9604644775390625e-8f; return sign ? -v : v; }
   return LM_U2F(sign | ((exp + 112u) << 23) | (mant << 13));
 #endif
@@ -281,8 +281,24 @@ LM_FN unsigned short lm_f32_to_bf16(float f) {
   return (unsigned short)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
 #endif
 }
+/* Rounding a float to 16 bits and back (a graph's F16/BF16 steps): on the device one cvt
+   each way, a NaN becoming the positive one. No arithmetic step observes a NaN's sign
+   (there is no copysign among the primitives), so only stores keep it (lm_f32_to_*). */
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+LM_FN float lm_round_f16(float x) {
+  unsigned short h;
+  asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(x));
+  return lm_f16_to_f32(h);
+}
+LM_FN float lm_round_bf16(float x) {
+  unsigned short h;
+  asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(x));
+  return lm_bf16_to_f32(h);
+}
+#else
 LM_FN float lm_round_f16(float x) { return lm_f16_to_f32(lm_f32_to_f16(x)); }
 LM_FN float lm_round_bf16(float x) { return lm_bf16_to_f32(lm_f32_to_bf16(x)); }
+#endif
 /* Floor modulo (sign of the divisor); integer modulo by zero reports an error and gives 0. */
 LM_FN float lm_mod(float a, float b) { float r = fmodf(a, b); if (r != 0 && ((r < 0) != (b < 0))) r += b; return r; }
 LM_FN double lm_mod(double a, double b) { double r = fmod(a, b); if (r != 0 && ((r < 0) != (b < 0))) r += b; return r; }
