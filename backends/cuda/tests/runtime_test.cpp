@@ -1039,6 +1039,31 @@ TEST(CudaRuntime, KernelErrorsAreReported) {
   }
 }
 
+TEST(CudaRuntime, KernelErrorsInABatchOfProfiledRunsAreReported) {
+  // profile's runs_per_trial queues the runs of a trial without waiting between them; only
+  // the last reads the error records. The runs are the same program on the same data, so
+  // the out-of-range index fails that last run as it failed the first.
+  LUMINAL_REQUIRE_GPU();
+  luminal::Graph cx;
+  auto table = cx.tensor({10, 6});
+  auto ids = cx.tensor({4}, DType::I32).persist();
+  table.persist();
+  auto out = table.embedding(ids).output();
+  auto rt = cx.compile(cuda::CudaRuntime{}, CompileOptions().search_graph_limit(2).trials(1));
+  rt.set_data(table, std::vector<float>(60, 1.5f));
+  rt.set_data(ids, std::vector<int32_t>{1, 2, 3, 0});
+  const ProfileResult fine = rt.profile(cx.dim_map(), ProfileOptions{1, 2, std::chrono::seconds(60), 4});
+  EXPECT_GT(fine.seconds, 0);
+  EXPECT_EQ(rt.get_f32(out), std::vector<float>(24, 1.5f));
+  rt.set_data(ids, std::vector<int32_t>{1, 2, 30, 0});
+  try {
+    rt.profile(cx.dim_map(), ProfileOptions{0, 1, std::chrono::seconds(60), 4});
+    FAIL() << "an out-of-range gather index in a batch of profiled runs did not throw";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("out of range"), std::string::npos) << e.what();
+  }
+}
+
 TEST(CudaRuntime, AFaultingCandidateIsRejectedAndTheSearchGoesOn) {
   // Candidates run in the profiling worker (luminal-cuda-profile-worker): ctest's
   // cuda_runtime_worker_fault_emulated makes the second kernel execution of one worker
