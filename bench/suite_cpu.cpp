@@ -59,6 +59,11 @@ double timer_s() {
 double median_ms(const std::function<void()>& fn, int reps) {
   fn();
   fn();
+  // Warm-up for 0.3 s of wall time (as bench/suite_cpu.py's peers): the first ~50-500 ms
+  // of a process can run at up to half speed on a shared 2-core host (the scheduler places
+  // the pool's worker beside the caller; docs/LESSONS.md), and 10 samples of ~5 ms fall
+  // wholly inside that phase, so a process's median was bimodal (gelu 0.34 or 0.59 ms).
+  for (const auto warm = clock_type::now(); seconds_since(warm) < 0.3;) fn();
   double t = timer_s();
   fn();
   const double once = timer_s() - t;

@@ -55,9 +55,13 @@ WORK = Path(tempfile.mkdtemp(prefix="luminal_bench_cpu_"))
 
 
 def median_ms(fn, reps=REPS):
-    """Median over `reps` samples after two warm-up calls; each sample repeats `fn` for ~5 ms."""
+    """Median over `reps` samples after two warm-up calls and 0.3 s of warm-up (as luminal's
+    side, bench/suite_cpu.cpp); each sample repeats `fn` for ~5 ms."""
     fn()
     fn()
+    warm = time.perf_counter()
+    while time.perf_counter() - warm < 0.3:
+        fn()
     t = clock()
     fn()
     once = clock() - t
