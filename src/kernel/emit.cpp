@@ -255,11 +255,25 @@ LM_FN float lm_f16_to_f32(unsigned short h) {
 /* On the device a NaN's sign is kept (cvt gives one positive NaN) by a select after the
    conversion, not a branch before it: a branch per conversion split an elementwise kernel
    into dozens of blocks and cost case 2's chain 22% of its time (docs/LESSONS.md). */
+#if defined(__CUDA_ARCH__)
+/* One cvt to 16 bits, round to nearest even (a NaN becomes the positive canonical one). */
+LM_FN unsigned short lm_cvt_f16(float f) {
+  unsigned short h;
+  asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
+  return h;
+}
+#endif
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+LM_FN unsigned short lm_cvt_bf16(float f) {
+  unsigned short h;
+  asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(f));
+  return h;
+}
+#endif
 LM_FN unsigned short lm_f32_to_f16(float f) {
   unsigned u = LM_F2U(f), sign = (u >> 16) & 0x8000u, a = u & 0x7fffffffu;
 #if defined(__CUDA_ARCH__)
-  unsigned short h;
-  asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
+  const unsigned short h = lm_cvt_f16(f);
   return a > 0x7f800000u ? (unsigned short)(sign | 0x7e00u) : h;
 #else
   if (a > 0x7f800000u) return (unsigned short)(sign | 0x7e00u);
@@ -273,8 +287,7 @@ LM_FN float lm_bf16_to_f32(unsigned short h) { return LM_U2F((unsigned)h << 16);
 LM_FN unsigned short lm_f32_to_bf16(float f) {
   unsigned u = LM_F2U(f);
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  unsigned short h;
-  asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(f));
+  const unsigned short h = lm_cvt_bf16(f);
   return (u & 0x7fffffffu) > 0x7f800000u ? (unsigned short)((u >> 16) | 0x40u) : h;
 #else
   if ((u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((u >> 16) | 0x40u);
@@ -285,16 +298,8 @@ LM_FN unsigned short lm_f32_to_bf16(float f) {
    each way, a NaN becoming the positive one. No arithmetic step observes a NaN's sign
    (there is no copysign among the primitives), so only stores keep it (lm_f32_to_*). */
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-LM_FN float lm_round_f16(float x) {
-  unsigned short h;
-  asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(x));
-  return lm_f16_to_f32(h);
-}
-LM_FN float lm_round_bf16(float x) {
-  unsigned short h;
-  asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(x));
-  return lm_bf16_to_f32(h);
-}
+LM_FN float lm_round_f16(float x) { return lm_f16_to_f32(lm_cvt_f16(x)); }
+LM_FN float lm_round_bf16(float x) { return lm_bf16_to_f32(lm_cvt_bf16(x)); }
 #else
 LM_FN float lm_round_f16(float x) { return lm_f16_to_f32(lm_f32_to_f16(x)); }
 LM_FN float lm_round_bf16(float x) { return lm_bf16_to_f32(lm_f32_to_bf16(x)); }

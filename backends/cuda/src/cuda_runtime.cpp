@@ -1753,10 +1753,10 @@ void CudaRuntime::run(size_t slot, const DimMap& dims) {
   }
   phase_done(State::kLaunch);
   std::vector<int32_t> errors(p.steps.size() * kernel::kErrorWords, 0);
-  if (s.defer_wait) {
-    // no wait: the records stay zero here, and the outputs are marked below as after a run
-  } else if (!errors.empty()) p.errors.download(errors.data(), errors.size() * sizeof(int32_t), stream);
-  else LUMINAL_CU(cuStreamSynchronize, stream);
+  if (!s.defer_wait) {  // a deferred run's records stay zero here; the last run of its batch reads them
+    if (!errors.empty()) p.errors.download(errors.data(), errors.size() * sizeof(int32_t), stream);
+    else LUMINAL_CU(cuStreamSynchronize, stream);
+  }
   phase_done(State::kWait);
   ++s.timed_runs;
   if (s.resolutions + s.captured + s.updated + s.eager_runs == changes_before) {
