@@ -786,17 +786,29 @@ Expression row_loop_extent(const Phase& p, const Expression& cols) {
 using Extents = std::map<std::string, Expression, std::less<>>;
 std::optional<Expression> fold_block_division(ExprKind kind, const Expression& a, const Expression& n,
                                               const Extents& extents) {
-  const auto nc = n.as_constant();
-  if (!nc || *nc <= 0) return std::nullopt;
+  // n = c * d1 * d2 ...: a positive constant times dims (sizes, never negative), so that a
+  // W that divides c divides n, and n / W stays a non-negative divisor (a dim-sized view:
+  // the flat index of a [heads, seq, 16] output divides by seq * 16).
+  int64_t c = 1;
+  if (const auto nc = n.as_constant()) c = *nc;
+  else if (n.kind() == ExprKind::Mul) {
+    for (const auto& f : n.children()) {
+      if (const auto fc = f.as_constant()) c *= *fc;
+      else if (f.kind() != ExprKind::Var || is_loop_or_value_var(f.var_name())) return std::nullopt;
+    }
+  } else return std::nullopt;
+  if (c <= 0) return std::nullopt;
   for (const auto& [name, extent] : extents) {
     const auto w = extent.as_constant();
-    if (!w || *w <= 1 || *nc % *w != 0 || !a.depends_on(name)) continue;
+    if (!w || *w <= 1 || c % *w != 0 || !a.depends_on(name)) continue;
     const Expression var = Expression::var(name), rest = a - var;
     if (rest.depends_on(name)) continue;  // not a plain + $r
     const Expression x = rest / *w;
     if (!(x * *w == rest)) continue;      // not a multiple of W
-    if (kind == ExprKind::Div) return x / (*nc / *w);
-    return x % (*nc / *w) * *w + var;
+    const Expression m = n / *w;
+    if (!(m * *w == n)) continue;
+    if (kind == ExprKind::Div) return x / m;
+    return x % m * *w + var;
   }
   return std::nullopt;
 }

@@ -100,6 +100,24 @@ inline std::vector<CudaCase> cuda_cases() {
     add("flat " + std::string(dtype_name(dt)), cx);
   }
   {
+    // Reads contiguous in runs but not at the element's index (a head-major view of a
+    // [seq, heads, 16] tensor, a table broadcast over heads, RoPE's shape): 16-byte copies
+    // per chunk where the run is aligned, element by element where it is not (seq odd).
+    Graph cx;
+    auto x = cx.tensor({seq, 3, 16}, DType::BF16).permute({1, 0, 2});
+    auto table = cx.tensor({seq, 16}, DType::BF16);
+    (x * table.unsqueeze(0) + x.sin()).output();
+    add("chunked transposed BF16", cx);
+  }
+  {
+    // A norm whose rows start misaligned for every odd row (24 F32 columns: 96 bytes) and
+    // whose weight is read contiguously: whole chunks and a partial one per row.
+    Graph cx;
+    auto x = cx.tensor({seq, 24});
+    x.rms_norm(1, cx.tensor({24}), 1e-5).output();
+    add("chunked rms norm F32", cx, plain_values);
+  }
+  {
     // A run-time inner dim of the output: its coordinates divide the flat index by seq
     // (an invariant divisor: CUDA divides by a multiply, Kernel: invariant_divisors).
     Graph cx;
@@ -158,6 +176,17 @@ inline void run_cuda_cases(const CudaLauncher& launch) {
       // x and y are read at the element's index; the BF16 output takes 8 per thread.
       EXPECT_EQ(cuda_vector_width(*k), c.name == "flat BF16" ? 8 : 4) << to_string(*k);
       EXPECT_NE(source.find("LM_COPY16(&lm_x"), std::string::npos) << source;
+    }
+    // Row kernels over 16-bit or F32 rows take 16-byte chunks of them (cuda_row_chunk_width);
+    // the transposed case reads its runs into registers.
+    if (c.name == "softmax BF16" || c.name == "long-row softmax BF16") {
+      EXPECT_EQ(cuda_row_chunk_width(*k), 8) << to_string(*k);
+    }
+    if (c.name == "chunked rms norm F32" || c.name == "layer norm F32") {
+      EXPECT_EQ(cuda_row_chunk_width(*k), 4) << to_string(*k);
+    }
+    if (c.name == "chunked transposed BF16") {
+      EXPECT_NE(source.find("alignas(16) unsigned short lm_c"), std::string::npos) << source;
     }
     // NVRTC needs no GPU: the real compiler checks what the emulation runs.
     if (nvrtc::available()) {

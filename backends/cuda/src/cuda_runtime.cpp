@@ -214,6 +214,7 @@ struct CudaRuntime::Shared {
     kernel::Kernel kernel;
     std::vector<Expression> dims_entries;        // kernel::cuda_dims_entries(kernel)
     int vector_width = 1;                        // kernel::cuda_vector_width(kernel)
+    int row_chunk = 1;                           // kernel::cuda_row_chunk_width(kernel)
     std::shared_ptr<const KernelSource> source;  // the unit holding it (several kernels)
     api::CUfunction fn = nullptr;
     std::string error;  // lowering failed
@@ -259,6 +260,7 @@ struct CudaRuntime::Shared {
             c->kernel = std::move(*k);
             c->dims_entries = kernel::cuda_dims_entries(c->kernel);
             c->vector_width = kernel::cuda_vector_width(c->kernel);
+            c->row_chunk = kernel::cuda_row_chunk_width(c->kernel);
           }
         } catch (const std::exception& e) {
           c->error = e.what();
@@ -1054,8 +1056,12 @@ struct Resolver {
   // the blocks' reductions; a decode step's (32 rows) wants the threads. (Stopping at two
   // warps, so that an SM's 32 blocks fill its 2048 threads, made that softmax slower: 61
   // against 54 us per layer, session 13.)
-  unsigned row_threads(const Expression& length, const Expression& rows) {
-    int64_t threads = std::clamp<int64_t>(int64_t{1} << std::max(band(length) - 2, 0), 32, 1024);
+  // A kernel whose threads take 16-byte chunks of the row (kernel::cuda_row_chunk_width)
+  // gets a thread per chunk: a chunk already has its elements' loads in flight at once.
+  unsigned row_threads(const Expression& length, const Expression& rows, int chunk) {
+    const int per_thread_log2 = chunk > 1 ? 0 : 2;
+    int64_t threads = std::clamp<int64_t>(
+        int64_t{1} << std::max(band(chunk > 1 ? ceil_div(length, chunk) : length) - per_thread_log2, 0), 32, 1024);
     const int64_t resident = 2 * resident_threads();
     const int64_t row_count = int64_t{1} << band(rows);
     while (threads > 32 && row_count * threads > resident) threads /= 2;
@@ -1124,8 +1130,10 @@ struct Resolver {
     inputs.push_back(0);  // the dims pointer: filled once the dims buffer exists
     const size_t dims_arg = inputs.size() - 1;
     api::CUfunction fn = c->fn;
-    const unsigned block = k.geometry == kernel::Geometry::BlockPerRow ? row_threads(k.row_extent, k.grid_x)
-                                                                       : static_cast<unsigned>(k.block_x);
+    // A block per row: threads for its chunks of columns (kernel::cuda_row_chunk_width).
+    const unsigned block = k.geometry == kernel::Geometry::BlockPerRow
+                               ? row_threads(k.row_extent, k.grid_x, c->row_chunk)
+                               : static_cast<unsigned>(k.block_x);
     r.ops.push_back({[fn, grid, block, args = std::move(inputs), dims_arg, offset, this_r = &r](StreamHandle s) mutable {
                        args[dims_arg] = this_r->dims.ptr() + offset * sizeof(int64_t);
                        launch_kernel(fn, static_cast<unsigned>(grid), block, args, s);

@@ -192,6 +192,11 @@ std::string emit_cuda(const Kernel& kernel, std::string_view name);
 // or an output not written at the element's own index. The runtime launches a thread per
 // `width` elements.
 int cuda_vector_width(const Kernel& kernel);
+// How many consecutive columns (and iterations of its top-level reductions) a thread of a
+// CUDA warp- or block-per-row kernel takes at once, copying the contiguous ones 16 bytes at
+// a time; 1 where none is contiguous, or for another geometry. A runtime sizes a block for
+// row_extent / this many chunks.
+int cuda_row_chunk_width(const Kernel& kernel);
 
 // The divisors of the kernel's floor divisions and modulos that depend on dims alone (not
 // on a loop variable, and not constants, which the compiler divides by itself), in a fixed
