@@ -397,6 +397,48 @@ bool contiguous_over(const Expression& index, const std::string& var, int width)
                                          width);
   return (at - at.substitute("$lm_k", Expression(0))).simplify() == k;
 }
+// The constant term of a canonical sum (0 when there is none).
+int64_t constant_term(const Expression& e) {
+  if (const auto c = e.as_constant()) return *c;
+  if (e.kind() == ExprKind::Add)
+    for (const auto& t : e.children())
+      if (const auto c = t.as_constant()) return *c;
+  return 0;
+}
+// Is the folded condition `e` (in $lm_q and $lm_k, 0 <= $lm_k < width) the same for every
+// $lm_k? A comparison whose two sides differ by D + $lm_k or D - $lm_k, with D a multiple of
+// the width plus a constant c: D - k >= 1 holds for all k or none when c is a multiple of the
+// width, D + k >= 1 when c - 1 is (RoPE's halves of a head: `(col % 128) < 64` over chunks of 8).
+bool uniform_over_chunk_folded(const Expression& e, int width) {
+  if (!e.depends_on("$lm_k")) return true;
+  const auto kids = e.children();
+  switch (e.kind()) {
+    case ExprKind::And:
+    case ExprKind::Or:
+    case ExprKind::Not:
+      return std::all_of(kids.begin(), kids.end(), [&](const Expression& c) { return uniform_over_chunk_folded(c, width); });
+    case ExprKind::Lt: {
+      const Expression k = Expression::var("$lm_k");
+      const Expression diff = (kids[1] - kids[0]).simplify();  // the condition is diff >= 1
+      const Expression d = diff.substitute("$lm_k", Expression(0)).simplify();
+      const Expression slope = (diff - d).simplify();
+      const bool falling = slope == (k * -1).simplify();
+      if (!falling && !(slope == k)) return false;
+      const int64_t c = constant_term(d);
+      const Expression rest = (d - c).simplify();
+      if (!((rest / width * width).simplify() == rest)) return false;
+      const int64_t residue = ((falling ? c : c - 1) % width + width) % width;
+      return residue == 0;
+    }
+    default: return false;
+  }
+}
+bool uniform_over_chunk(const Expression& cond, const std::string& var, int width) {
+  if (!cond.depends_on(var)) return true;
+  const Expression at = fold_loop_extent(
+      cond.substitute(var, Expression::var("$lm_q") * width + Expression::var("$lm_k")).simplify(), "$lm_k", width);
+  return uniform_over_chunk_folded(at, width);
+}
 // A chunk's first element is computed once per chunk, so its index may use only the loop
 // variable, the row and the dims (not a value the loop body defines).
 bool chunk_addressable(const Expression& index, const std::string& var) {
@@ -405,17 +447,20 @@ bool chunk_addressable(const Expression& index, const std::string& var) {
   return true;
 }
 // The loads and the store directly in `body` (not in a nested reduction) that a chunk of
-// `width` iterations of `var` copies 16 bytes at a time: unguarded, whole elements of a
-// 16-byte copy, contiguous over the chunk. width 0: every candidate of any width.
+// `width` iterations of `var` copies 16 bytes at a time: whole elements of a 16-byte copy,
+// contiguous over the chunk, unguarded or guarded alike for the whole chunk (the chunk is
+// then read only where its guard holds). width 0: every candidate of any width.
 std::vector<const Stmt*> chunk_accesses(const std::vector<Stmt>& body, const std::string& var, int width) {
   std::vector<const Stmt*> out;
   for (const auto& s : body) {
     if (s.kind != StmtKind::Load && s.kind != StmtKind::Store) continue;
     const size_t bytes = dtype_bytes(s.dtype);
-    if (bytes < 2 || bytes > 8 || (s.kind == StmtKind::Load && !(s.guard == Expression(1)))) continue;
-    if (!chunk_addressable(s.index, var)) continue;
+    if (bytes < 2 || bytes > 8 || !chunk_addressable(s.index, var)) continue;
+    const bool guarded = s.kind == StmtKind::Load && !(s.guard == Expression(1));
+    if (guarded && !chunk_addressable(s.guard, var)) continue;
     const int w = width > 0 ? width : static_cast<int>(16 / bytes);
     if ((static_cast<size_t>(w) * bytes) % 16 != 0 || !contiguous_over(s.index, var, w)) continue;
+    if (guarded && !uniform_over_chunk(s.guard, var, w)) continue;
     out.push_back(&s);
   }
   return out;
@@ -670,7 +715,8 @@ class Emitter {
         const std::string reg = "lm_c" + std::to_string(s->value);
         chunk_arrays_[s->value] = reg;
         line("alignas(16) " + std::string(storage_type(s->dtype)) + " " + reg + "[" + w + "];");
-        chunk_copy(*s, reg, expr(s->index.substitute(kRowVar, Expression::var("$lm_base"))), width, true);
+        const Expression base = Expression::var("$lm_base");
+        chunk_copy(*s, reg, expr(s->index.substitute(kRowVar, base)), width, true, chunk_guard(*s, std::string(kRowVar), base));
       }
     line("alignas(16) " + std::string(storage_type(k_.output)) + " lm_y[" + w + "];");
     line("#pragma unroll");
@@ -697,8 +743,19 @@ class Emitter {
   }
   // Registers `reg` <-> the chunk of `s` (a load or the store) starting at index `at`: 16-byte
   // copies where that address is aligned, element by element where not (a row of odd length).
-  void chunk_copy(const Stmt& s, const std::string& reg, const std::string& at, int width, bool load) {
+  void chunk_copy(const Stmt& s, const std::string& reg, const std::string& at, int width, bool load,
+                  const std::string& guard = "") {
     const std::string t(storage_type(s.dtype)), w = std::to_string(width);
+    if (!guard.empty()) {
+      // The guard holds for the whole chunk or for none of it (chunk_accesses): where it does
+      // not, the index may lie outside the buffer, and the registers read as zeros.
+      open("if (!(" + guard + ")) {");
+      line("#pragma unroll");
+      line("for (int lm_k = 0; lm_k < " + w + "; ++lm_k) " + reg + "[lm_k] = 0;");
+      --indent_;
+      line("} else {");
+      ++indent_;
+    }
     open("{");
     line(std::string(load ? "const " : "") + t + "* lm_p = &" + buffer_name(static_cast<size_t>(s.buffer)) + "[" + at + "];");
     open("if (((unsigned long long)lm_p & 15ull) == 0) {");
@@ -710,6 +767,11 @@ class Emitter {
     line("for (int lm_k = 0; lm_k < " + w + "; ++lm_k) " + (load ? reg + "[lm_k] = lm_p[lm_k];" : "lm_p[lm_k] = " + reg + "[lm_k];"));
     close();
     close();
+    if (!guard.empty()) close();
+  }
+  // The guard of load `s` at the chunk starting at `start` (empty when unguarded).
+  std::string chunk_guard(const Stmt& s, const std::string& var, const Expression& start) const {
+    return s.kind == StmtKind::Load && !(s.guard == Expression(1)) ? expr(s.guard.substitute(var, start)) : std::string();
   }
 
   // A loop the row's threads share (a top-level reduction's, `step` accumulating each
@@ -738,7 +800,7 @@ class Emitter {
       const std::string reg = "lm_c" + std::to_string(s->value);
       chunk_arrays_[s->value] = reg;
       line("alignas(16) " + std::string(storage_type(s->dtype)) + " " + reg + "[" + w + "];");
-      chunk_copy(*s, reg, expr(s->index.substitute(var, x0)), width, true);
+      chunk_copy(*s, reg, expr(s->index.substitute(var, x0)), width, true, chunk_guard(*s, var, x0));
     }
     chunk_var_ = var;
     chunk_fast_ = true;

@@ -827,7 +827,15 @@ Expression within_extents(const Expression& e, const Extents& extents) {
     rebuilt.push_back(within_extents(kid, extents));
     changed |= !(rebuilt.back() == kid);
   }
-  return changed ? Expression::raw(e.kind(), rebuilt).simplify() : e;
+  if (!changed) return e;
+  // Folding the operands can expose a fold here: `((v/32)*16 + v%32) / n` with v = 8q + k
+  // becomes `(q/4)*16 + (q%4)*8 + k`, a multiple of 8 plus k.
+  const Expression folded = Expression::raw(e.kind(), rebuilt).simplify();
+  if ((folded.kind() == ExprKind::Mod || folded.kind() == ExprKind::Div) && !(folded == e)) {
+    const auto parts = folded.children();
+    if (auto again = fold_block_division(folded.kind(), parts[0], parts[1], extents)) return within_extents(*again, extents);
+  }
+  return folded;
 }
 void fold_loop_extents(std::vector<Stmt>& stmts, const Extents& extents) {
   for (auto& s : stmts) {

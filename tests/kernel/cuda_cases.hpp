@@ -110,6 +110,18 @@ inline std::vector<CudaCase> cuda_cases() {
     add("chunked transposed BF16", cx);
   }
   {
+    // RoPE's rotation: x * cos + cat(-x2, x1) * sin over a head-major view. The halves are
+    // padded reads, guarded by `col % 32 < 16` and its complement: whole chunks of 8 on
+    // either side, so each chunk reads its half only where the guard holds.
+    Graph cx;
+    auto x = cx.tensor({seq, 2, 32}, DType::BF16).permute({1, 0, 2});
+    auto cos = cx.tensor({seq, 32}, DType::BF16).unsqueeze(0);
+    auto sin = cx.tensor({seq, 32}, DType::BF16).unsqueeze(0);
+    auto rotated = GraphTensor::concat({x.slice(2, 16, 32) * -1.0, x.slice(2, 0, 16)}, 2);
+    (x * cos + rotated * sin).output();
+    add("chunked rope BF16", cx);
+  }
+  {
     // A norm whose rows start misaligned for every odd row (24 F32 columns: 96 bytes) and
     // whose weight is read contiguously: whole chunks and a partial one per row.
     Graph cx;
@@ -185,8 +197,13 @@ inline void run_cuda_cases(const CudaLauncher& launch) {
     if (c.name == "chunked rms norm F32" || c.name == "layer norm F32") {
       EXPECT_EQ(cuda_row_chunk_width(*k), 4) << to_string(*k);
     }
-    if (c.name == "chunked transposed BF16") {
+    if (c.name == "chunked transposed BF16" || c.name == "chunked rope BF16") {
       EXPECT_NE(source.find("alignas(16) unsigned short lm_c"), std::string::npos) << source;
+    }
+    if (c.name == "chunked rope BF16") {  // both halves: guarded chunks, zeros where the guard fails
+      size_t guarded = 0;
+      for (size_t at = source.find("lm_k] = 0;"); at != std::string::npos; at = source.find("lm_k] = 0;", at + 1)) ++guarded;
+      EXPECT_EQ(guarded, 2u) << source;
     }
     // NVRTC needs no GPU: the real compiler checks what the emulation runs.
     if (nvrtc::available()) {
