@@ -501,6 +501,29 @@ TEST(KernelFused, BlockDivisionsFoldExactly) {
           ASSERT_EQ(f.eval(at), c.e.eval(at)) << c.e.to_string() << " -> " << f.to_string() << " at i=" << iv << " o=" << ov;
         }
   }
+  // A divisor that is a constant times dims (a [heads, seq, 16] view's flat index divides by
+  // seq * 16) folds when W divides the constant; a fold an operand's fold exposes (RoPE's
+  // halves: `((v/32)*16 + v%32) / n`) is taken too. Positive dims only: sizes.
+  const Expression v = i + o * 8;
+  const std::vector<Case> symbolic = {
+      {v / (d * 16), 8, true},
+      {v % (d * 16), 8, true},
+      {(v / 32 * 16 + v % 32) / (d * 16), 8, true},
+      {(v / 32 * 16 + v % 32 + 16) % (d * 32), 8, true},
+      {v / (d * 12), 8, false},
+      {v % (d * 4), 8, false},
+  };
+  for (const auto& c : symbolic) {
+    const Expression f = fold_loop_extent(c.e, "$i", c.w);
+    EXPECT_EQ(divides_i(f, divides_i), !c.folds) << c.e.to_string() << " -> " << f.to_string();
+    for (int64_t ov = -40; ov <= 40; ++ov)
+      for (int64_t dv : {1, 2, 3, 7})
+        for (int64_t iv = 0; iv < c.w; ++iv) {
+          const DimMap at = {{"$i", iv}, {"$o", ov}, {"d", dv}};
+          ASSERT_EQ(f.eval(at), c.e.eval(at)) << c.e.to_string() << " -> " << f.to_string() << " at i=" << iv << " o=" << ov
+                                              << " d=" << dv;
+        }
+  }
 }
 
 // An extracted program holds one node per value (the e-graph merges identical ones), so
