@@ -47,8 +47,8 @@ struct CandidateOutcome {
 };
 
 // The worker's side: serves requests from `in_fd`, answering on `out_fd`, on one runtime
-// made by `make_runtime` again for each new segment (whose first request makes the
-// profiling inputs), and for the first request of a worker. Returns the
+// from one runtime made by `make_runtime` when the worker starts: a fresh() runtime on it
+// for each new segment (whose first request makes the profiling inputs). Returns the
 // process's exit status: 0 at the end of input, 3 after a DeviceLost (the context is gone:
 // the worker must end).
 int serve_profiling(const std::function<std::unique_ptr<Runtime>()>& make_runtime, int in_fd = 0, int out_fd = 1);
@@ -67,6 +67,9 @@ class ProfilingWorker {
   // killed and reported as WorkerLost; the next call starts a new one. Errors starting the
   // worker (no such program) throw luminal::Error.
   CandidateOutcome run(const CandidateRequest& request, std::chrono::duration<double> answer_limit);
+  // Starts the worker now, if none is running, so that it sets up its device while the
+  // compile does other work; an error starting it is left for run() to report.
+  void prestart();
   // How many worker processes this object has started (one more after each loss).
   int workers_started() const { return started_; }
 

@@ -795,6 +795,9 @@ void Graph::compile_into(Runtime& runtime, const CompileOptions& options) const 
       }
       uint64_t key = search::structural_hash(segment);
       auto& sat = saturated[key];
+      // The worker sets up its device (a process, a context, the libraries) while this
+      // segment saturates, instead of when the first candidate waits for it.
+      if (ProfilingWorker* worker = workers.get(runtime)) worker->prestart();
       if (!sat) sat = saturate_segment(segment, runtime, options, report);
       else report.segments_reused++;
       double left = (budget - (report.search_s + report.saturate_s)) * share;

@@ -147,6 +147,17 @@ int serve_profiling(const std::function<std::unique_ptr<Runtime>()>& make_runtim
     LUMINAL_CHECK(out_fd >= 0, "profiling worker: dup failed: ", std::strerror(errno));
     ::dup2(STDERR_FILENO, STDOUT_FILENO);
   }
+  // One device runtime for the worker's life, made before the first request arrives (the
+  // compile starts the worker before it saturates: context creation and library loading
+  // overlap that), and a fresh() runtime on it per segment: a new CUDA runtime per segment
+  // made a new context, reloaded every module and the cuBLASLt handle each time. A failure
+  // here is reported with the first request that needs the runtime.
+  std::unique_ptr<Runtime> base;
+  try {
+    base = make_runtime();
+  } catch (const std::exception&) {
+    base.reset();
+  }
   std::unique_ptr<Runtime> rt;
   bool inputs_made = false;
   while (auto message = read_message(in_fd)) {
@@ -173,7 +184,8 @@ int serve_profiling(const std::function<std::unique_ptr<Runtime>()>& make_runtim
 
       if (!rt || new_segment) {
         rt.reset();  // frees the last segment's buffers first
-        rt = make_runtime();
+        if (!base) base = make_runtime();
+        rt = base->fresh();
         inputs_made = false;
       }
       rt->load_program(0, program, io_of);
@@ -217,6 +229,15 @@ ProfilingWorker::ProfilingWorker(std::vector<std::string> command) : command_(st
 }
 
 ProfilingWorker::~ProfilingWorker() { stop(false); }
+
+void ProfilingWorker::prestart() {
+  if (fd_ >= 0) return;
+  try {
+    start();
+  } catch (const Error&) {
+    // run() starts it again and reports the error where a candidate needs the worker.
+  }
+}
 
 void ProfilingWorker::start() {
   int fds[2];
