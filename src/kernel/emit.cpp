@@ -693,19 +693,11 @@ class Emitter {
     open("for (long long lm_c = (long long)blockIdx.x * blockDim.x + threadIdx.x; lm_c * " + std::to_string(width) +
          " < lm_vector_end; lm_c += (long long)gridDim.x * blockDim.x) {");
     line("const long long lm_base = lm_c * " + std::to_string(width) + ";");
-    auto copies = [&](DType dt, const std::string& reg, const std::string& mem, bool load) {
-      const size_t per = 16 / dtype_bytes(dt);  // elements per 16-byte copy
-      for (size_t q = 0; q * per < static_cast<size_t>(width); ++q) {
-        const std::string at = std::to_string(q * per);
-        line(load ? "LM_COPY16(&" + reg + "[" + at + "], &" + mem + "[lm_base + " + at + "]);"
-                  : "LM_COPY16(&" + mem + "[lm_base + " + at + "], &" + reg + "[" + at + "]);");
-      }
-    };
     const std::string w = std::to_string(width);
     for (int b : vector_buffers_) {
       const DType dt = k_.inputs[static_cast<size_t>(b)];
       line("alignas(16) " + std::string(storage_type(dt)) + " lm_x" + std::to_string(b) + "[" + w + "];");
-      copies(dt, "lm_x" + std::to_string(b), buffer_name(static_cast<size_t>(b)), true);
+      copy16(dt, "lm_x" + std::to_string(b), buffer_name(static_cast<size_t>(b)), width, true, "lm_base");
     }
     // Reads contiguous over the chunk but not at the element's own index (a transposed
     // view read in runs, RoPE's halves of a head): 16-byte copies where aligned.
@@ -728,17 +720,19 @@ class Emitter {
     in_vector_ = false;
     chunk_arrays_.clear();
     close();
-    copies(k_.output, "lm_y", buffer_name(k_.output_slot()), false);
+    copy16(k_.output, "lm_y", buffer_name(k_.output_slot()), width, false, "lm_base");
     close();
   }
 
-  // `count` elements of `dt` between registers `reg` and memory at `mem`, 16 bytes at a time.
-  void copy16(DType dt, const std::string& reg, const std::string& mem, int count, bool load) {
-    const size_t per = 16 / dtype_bytes(dt);
+  // `count` elements of `dt` between registers `reg` and memory `mem` from index `offset`
+  // (empty: 0), 16 bytes at a time.
+  void copy16(DType dt, const std::string& reg, const std::string& mem, int count, bool load,
+              const std::string& offset = "") {
+    const size_t per = 16 / dtype_bytes(dt);  // elements per 16-byte copy
     for (size_t q = 0; q * per < static_cast<size_t>(count); ++q) {
-      const std::string at = std::to_string(q * per);
-      line(load ? "LM_COPY16(&" + reg + "[" + at + "], &" + mem + "[" + at + "]);"
-                : "LM_COPY16(&" + mem + "[" + at + "], &" + reg + "[" + at + "]);");
+      const std::string at = std::to_string(q * per), mem_at = offset.empty() ? at : offset + " + " + at;
+      line(load ? "LM_COPY16(&" + reg + "[" + at + "], &" + mem + "[" + mem_at + "]);"
+                : "LM_COPY16(&" + mem + "[" + mem_at + "], &" + reg + "[" + at + "]);");
     }
   }
   // Registers `reg` <-> the chunk of `s` (a load or the store) starting at index `at`: 16-byte
