@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <exception>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <thread>
 #include <unistd.h>
@@ -120,6 +121,45 @@ ModuleCache::~ModuleCache() {
     for (auto& [key, module] : modules_) api::driver_table().cuModuleUnload(module);
 }
 
+namespace {
+std::string cubin_header(const std::string& key) { return "luminal-cubin-v1 " + key + "\n"; }
+std::string index_header(const std::string& key) { return "luminal-kernel-unit-v1 " + key + "\n"; }
+
+// A cache file's contents after its header, or nothing when it is missing, truncated or
+// foreign: such a file is ignored (and rewritten), never trusted.
+std::optional<std::string> read_cache_file(const fs::path& file, const std::string& header) {
+  std::ifstream in(file, std::ios::binary);
+  if (!in) return std::nullopt;
+  std::stringstream contents;
+  contents << in.rdbuf();
+  std::string data = contents.str();
+  if (data.size() <= header.size() || data.compare(0, header.size(), header) != 0) return std::nullopt;
+  return data.substr(header.size());
+}
+}  // namespace
+
+std::shared_ptr<const std::string> ModuleCache::read_cubin(const std::string& key) const {
+  if (disk_dir_.empty()) return nullptr;
+  auto data = read_cache_file(disk_dir_ / (key + ".cubin"), cubin_header(key));
+  return data ? std::make_shared<const std::string>(std::move(*data)) : nullptr;
+}
+
+void ModuleCache::write_file(const std::string& name, const std::string& contents) const {
+  if (disk_dir_.empty()) return;
+  // Write to a unique temporary name and rename: concurrent processes never see a
+  // half-written file. A cache that cannot be written is not an error.
+  std::error_code ec;
+  fs::create_directories(disk_dir_, ec);
+  const fs::path tmp = disk_dir_ / (name + ".tmp." + std::to_string(::getpid()) + "." +
+                                    std::to_string(std::hash<std::thread::id>{}(std::this_thread::get_id())));
+  {
+    std::ofstream out(tmp, std::ios::binary);
+    out << contents;
+  }
+  fs::rename(tmp, disk_dir_ / name, ec);
+  if (ec) fs::remove(tmp, ec);
+}
+
 std::shared_ptr<const std::string> ModuleCache::cubin(const KernelSource& source) {
   const std::string key = cache_key(source, arch_);
   {
@@ -129,46 +169,92 @@ std::shared_ptr<const std::string> ModuleCache::cubin(const KernelSource& source
       return it->second;
     }
   }
-  const std::string header = "luminal-cubin-v1 " + key + "\n";
-  const fs::path file = disk_dir_.empty() ? fs::path() : disk_dir_ / (key + ".cubin");
-  std::shared_ptr<const std::string> result;
-  bool from_disk = false;
-  if (!file.empty()) {
-    std::ifstream in(file, std::ios::binary);
-    if (in) {
-      std::stringstream contents;
-      contents << in.rdbuf();
-      std::string data = contents.str();
-      // A truncated or foreign file is ignored and rewritten, never trusted.
-      if (data.size() > header.size() && data.compare(0, header.size(), header) == 0) {
-        result = std::make_shared<const std::string>(data.substr(header.size()));
-        from_disk = true;
-      }
-    }
-  }
+  std::shared_ptr<const std::string> result = read_cubin(key);
+  const bool from_disk = result != nullptr;
   if (!result) {
     // LUMINAL_KERNEL_DUMP=DIR (as for the CPU backend's kernels): each compiled source, for diagnosis.
     if (const char* dir = std::getenv("LUMINAL_KERNEL_DUMP"); dir && *dir)
       std::ofstream(fs::path(dir) / (source.name + "-" + key + ".cu")) << source.code;
     result = std::make_shared<const std::string>(compile_cubin(source, arch_));
-    if (!file.empty()) {
-      // Write to a unique temporary name and rename: concurrent processes never see a
-      // half-written file. A cache that cannot be written is not an error.
-      std::error_code ec;
-      fs::create_directories(disk_dir_, ec);
-      const fs::path tmp = disk_dir_ / (key + ".tmp." + std::to_string(::getpid()) + "." +
-                                        std::to_string(std::hash<std::thread::id>{}(std::this_thread::get_id())));
-      {
-        std::ofstream out(tmp, std::ios::binary);
-        out << header << *result;
-      }
-      fs::rename(tmp, file, ec);
-      if (ec) fs::remove(tmp, ec);
-    }
+    write_file(key + ".cubin", cubin_header(key) + *result);
   }
   std::lock_guard lock(mutex_);
   ++(from_disk ? stats_.disk_hits : stats_.compiled);
   return cubins_.emplace(key, result).first->second;
+}
+
+std::string ModuleCache::unit_of(const std::string& kernel_key) {
+  {
+    std::lock_guard lock(mutex_);
+    if (auto it = unit_of_.find(kernel_key); it != unit_of_.end()) return it->second;
+  }
+  if (disk_dir_.empty()) return {};
+  auto unit = read_cache_file(disk_dir_ / (kernel_key + ".unit"), index_header(kernel_key));
+  // The index is trusted only with its unit's CUBIN beside it (a cache directory may be
+  // pruned file by file).
+  if (!unit || unit->size() != kernel_key.size() || !fs::exists(disk_dir_ / (*unit + ".cubin"))) return {};
+  std::lock_guard lock(mutex_);
+  unit_of_[kernel_key] = *unit;
+  return *unit;
+}
+
+void ModuleCache::remember_unit(const std::string& kernel_key, const std::string& unit_key) {
+  {
+    std::lock_guard lock(mutex_);
+    if (auto it = unit_of_.find(kernel_key); it != unit_of_.end() && it->second == unit_key) return;
+    unit_of_[kernel_key] = unit_key;
+  }
+  write_file(kernel_key + ".unit", index_header(kernel_key) + unit_key);
+}
+
+std::vector<std::string> ModuleCache::compile_kernels(const std::vector<KernelSource>& kernels, size_t per_unit,
+                                                      unsigned threads) {
+  LUMINAL_ASSERT(per_unit > 0, "compile_kernels: units of no kernels");
+  std::vector<std::string> unit_keys(kernels.size());
+  std::vector<std::string> kernel_keys(kernels.size());
+  std::vector<size_t> missing;
+  for (size_t i = 0; i < kernels.size(); ++i) {
+    kernel_keys[i] = cache_key(kernels[i], arch_);
+    unit_keys[i] = unit_of(kernel_keys[i]);
+    if (unit_keys[i].empty()) missing.push_back(i);
+  }
+  {
+    std::lock_guard lock(mutex_);
+    stats_.kernels_found += static_cast<int>(kernels.size() - missing.size());
+  }
+  // The new kernels, per_unit at a time; kernels of different options never share a unit.
+  std::vector<KernelSource> units;
+  std::vector<std::vector<size_t>> members;
+  std::map<std::vector<std::string>, size_t> open_unit;  // options -> the unit being filled
+  for (size_t i : missing) {
+    auto it = open_unit.find(kernels[i].options);
+    if (it == open_unit.end() || members[it->second].size() >= per_unit) {
+      units.push_back(KernelSource{kernels[i].name, {}, kernels[i].options});
+      members.emplace_back();
+      it = open_unit.insert_or_assign(kernels[i].options, units.size() - 1).first;
+    }
+    units[it->second].code += kernels[i].code;
+    units[it->second].code += "\n";
+    members[it->second].push_back(i);
+  }
+  if (units.empty()) return unit_keys;
+  try {
+    cubins(units, threads);
+  } catch (...) {
+    // Which unit failed is found below: its kernels get no unit.
+  }
+  for (size_t u = 0; u < units.size(); ++u) {
+    const std::string key = cache_key(units[u], arch_);
+    {
+      std::lock_guard lock(mutex_);
+      if (!cubins_.count(key)) continue;  // failed
+    }
+    for (size_t i : members[u]) {
+      unit_keys[i] = key;
+      remember_unit(kernel_keys[i], key);
+    }
+  }
+  return unit_keys;
 }
 
 std::vector<std::shared_ptr<const std::string>> ModuleCache::cubins(const std::vector<KernelSource>& sources,
@@ -202,14 +288,35 @@ api::CUfunction ModuleCache::function(const KernelSource& source, const std::str
     std::lock_guard lock(mutex_);
     if (auto it = functions_.find({key, kernel_name}); it != functions_.end()) return it->second;
   }
-  std::shared_ptr<const std::string> image = cubin(source);
+  cubin(source);  // compiled (or read) and kept in memory under its key
+  return function(key, kernel_name);
+}
+
+api::CUfunction ModuleCache::function(const std::string& unit_key, const std::string& kernel_name) {
+  {
+    std::lock_guard lock(mutex_);
+    if (auto it = functions_.find({unit_key, kernel_name}); it != functions_.end()) return it->second;
+  }
+  std::shared_ptr<const std::string> image;
+  {
+    std::lock_guard lock(mutex_);
+    if (auto it = cubins_.find(unit_key); it != cubins_.end()) image = it->second;
+  }
+  if (!image) {
+    image = read_cubin(unit_key);
+    LUMINAL_CHECK(image != nullptr, "kernel '", kernel_name, "': compiled unit ", unit_key,
+                  " is neither in memory nor in the disk cache");
+    std::lock_guard lock(mutex_);
+    ++stats_.disk_hits;
+    image = cubins_.emplace(unit_key, image).first->second;
+  }
   std::lock_guard lock(mutex_);
-  api::CUmodule& module = modules_[key];
+  api::CUmodule& module = modules_[unit_key];
   if (!module) LUMINAL_CU(cuModuleLoadData, &module, image->data());
   api::CUfunction fn = nullptr;
   const api::CUresult r = api::driver().cuModuleGetFunction(&fn, module, kernel_name.c_str());
-  LUMINAL_CHECK(r == api::CUDA_SUCCESS, "kernel '", kernel_name, "' not found in compiled source '", source.name, "'");
-  functions_[{key, kernel_name}] = fn;
+  LUMINAL_CHECK(r == api::CUDA_SUCCESS, "kernel '", kernel_name, "' not found in compiled unit ", unit_key);
+  functions_[{unit_key, kernel_name}] = fn;
   return fn;
 }
 

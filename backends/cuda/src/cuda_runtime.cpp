@@ -215,7 +215,7 @@ struct CudaRuntime::Shared {
     std::vector<Expression> dims_entries;        // kernel::cuda_dims_entries(kernel)
     int vector_width = 1;                        // kernel::cuda_vector_width(kernel)
     int row_chunk = 1;                           // kernel::cuda_row_chunk_width(kernel)
-    std::shared_ptr<const KernelSource> source;  // the unit holding it (several kernels)
+    std::string unit_key;                        // the compiled unit holding it (ModuleCache::compile_kernels)
     api::CUfunction fn = nullptr;
     std::string error;  // lowering failed
   };
@@ -242,9 +242,10 @@ struct CudaRuntime::Shared {
     return *lt;
   }
 
-  // Lower, emit and compile every region not seen yet, kKernelsPerUnit per translation
-  // unit, units in parallel. A unit that fails is left for get(), which compiles its
-  // kernels one by one so the error names the region.
+  // Lower, emit and compile every region not seen yet (kernels compiled before, here or by
+  // another process, are found in the module cache), the new ones kKernelsPerUnit per
+  // translation unit, units in parallel. A unit that fails is left for get(), which
+  // compiles its kernels one by one so the error names the region.
   void compile(const std::vector<std::string>& regions) {
     std::vector<std::shared_ptr<Compiled>> fresh;
     {
@@ -270,31 +271,13 @@ struct CudaRuntime::Shared {
       }
     }
     if (fresh.empty()) return;
-    std::vector<KernelSource> units;
-    std::vector<std::vector<std::shared_ptr<Compiled>>> members;
-    for (size_t i = 0; i < fresh.size(); i += kKernelsPerUnit) {
-      KernelSource unit;
-      unit.name = fresh[i]->name;
-      unit.options = kEmittedKernelOptions;
-      members.emplace_back();
-      for (size_t j = i; j < std::min(fresh.size(), i + kKernelsPerUnit); ++j) {
-        unit.code += kernel::emit_cuda(fresh[j]->kernel, fresh[j]->name);
-        unit.code += "\n";
-        members.back().push_back(fresh[j]);
-      }
-      units.push_back(std::move(unit));
-    }
-    try {
-      modules->cubins(units);
-    } catch (...) {
-      // Which unit failed is found below: a unit whose cubin is not cached is retried
-      // kernel by kernel in get().
-    }
+    std::vector<KernelSource> sources;
+    sources.reserve(fresh.size());
+    for (const auto& c : fresh)
+      sources.push_back(KernelSource{c->name, kernel::emit_cuda(c->kernel, c->name), kEmittedKernelOptions});
+    std::vector<std::string> units = modules->compile_kernels(sources, kKernelsPerUnit);
     std::lock_guard lock(mutex);
-    for (size_t u = 0; u < units.size(); ++u) {
-      auto src = std::make_shared<const KernelSource>(units[u]);
-      for (auto& c : members[u]) c->source = src;
-    }
+    for (size_t i = 0; i < fresh.size(); ++i) fresh[i]->unit_key = std::move(units[i]);
   }
 
   // The loaded kernel of a region, compiling it now if needed. Throws naming the region
@@ -314,21 +297,20 @@ struct CudaRuntime::Shared {
     std::lock_guard load(load_mutex);
     if (c->fn) return c;
     try {
-      LUMINAL_CHECK(c->source != nullptr, "no translation unit");
-      c->fn = modules->function(*c->source, c->name);
+      LUMINAL_CHECK(!c->unit_key.empty(), "no translation unit");
+      c->fn = modules->function(c->unit_key, c->name);
     } catch (const DeviceLost&) {
       throw;
     } catch (const Error&) {
       // The unit failed (or one of its other kernels did): compile this kernel alone, so
       // a failure names this region and NVRTC's log is about it.
-      auto alone = std::make_shared<const KernelSource>(
-          KernelSource{c->name, kernel::emit_cuda(c->kernel, c->name), kEmittedKernelOptions});
+      const KernelSource alone{c->name, kernel::emit_cuda(c->kernel, c->name), kEmittedKernelOptions};
       try {
-        c->fn = modules->function(*alone, c->name);
+        c->fn = modules->function(alone, c->name);
       } catch (const Error& e) {
         fail("cuda: kernel for region ", region.substr(0, 300), " failed to compile: ", e.what());
       }
-      c->source = alone;
+      c->unit_key = cache_key(alone, modules->arch());
     }
     return c;
   }

@@ -99,6 +99,71 @@ TEST(CudaNvrtc, CacheHitsMemoryThenDisk) {
   fs::remove_all(dir);
 }
 
+// Generated kernels are grouped into units by whichever are new to a process, so another
+// process (the profiling worker, a warm compile) forms other units of the same kernels.
+// Each kernel is found by its own key, whatever unit compiled it: a warm compile of the 8B
+// model had recompiled every kernel in regrouped units (2 s of its 2.06 s).
+TEST(CudaNvrtc, KernelsAreFoundWhateverUnitCompiledThem) {
+  LUMINAL_REQUIRE_NVRTC();
+  const fs::path dir = fresh_dir("units");
+  auto kernel = [](int i) {
+    const std::string name = "k" + std::to_string(i);
+    return KernelSource{name,
+                        "extern \"C\" __global__ void " + name + "(float* p) { p[threadIdx.x] *= " +
+                            std::to_string(i + 2) + ".0f; }\n",
+                        {"-DLUMINAL_TEST_UNITS=1"}};
+  };
+  std::vector<std::string> first_units;
+  {
+    ModuleCache cache("sm_90", dir);
+    first_units = cache.compile_kernels({kernel(0), kernel(1), kernel(2), kernel(3), kernel(4)}, 2);
+    ASSERT_EQ(first_units.size(), 5u);
+    EXPECT_EQ(cache.stats().compiled, 3);  // units {0,1} {2,3} {4}
+    EXPECT_EQ(first_units[0], first_units[1]);
+    EXPECT_NE(first_units[1], first_units[2]);
+    EXPECT_EQ(first_units[2], first_units[3]);
+    // In the same process: all found, nothing compiled, and a new kernel gets a unit of its own.
+    auto again = cache.compile_kernels({kernel(3), kernel(5), kernel(0)}, 2);
+    EXPECT_EQ(again[0], first_units[3]);
+    EXPECT_EQ(again[2], first_units[0]);
+    EXPECT_EQ(cache.stats().compiled, 4);
+    EXPECT_EQ(cache.stats().kernels_found, 2);
+  }
+  {
+    // Another process, other groupings: every kernel comes from the disk.
+    ModuleCache cache("sm_90", dir);
+    auto units = cache.compile_kernels({kernel(4), kernel(1), kernel(3), kernel(5)}, 8);
+    EXPECT_EQ(cache.stats().compiled, 0);
+    EXPECT_EQ(cache.stats().kernels_found, 4);
+    EXPECT_EQ(units[0], first_units[4]);
+    EXPECT_EQ(units[1], first_units[1]);
+  }
+  {
+    // An index whose unit's CUBIN was pruned is not trusted: the kernel compiles again.
+    fs::remove(dir / (first_units[0] + ".cubin"));
+    ModuleCache cache("sm_90", dir);
+    auto units = cache.compile_kernels({kernel(0), kernel(2)}, 8);
+    EXPECT_EQ(cache.stats().compiled, 1);
+    EXPECT_EQ(cache.stats().kernels_found, 1);
+    EXPECT_NE(units[0], first_units[0]);
+    EXPECT_EQ(units[1], first_units[2]);
+    EXPECT_TRUE(is_elf(*cache.cubin(KernelSource{"k0", kernel(0).code + "\n", kernel(0).options})));
+  }
+  {
+    // A unit that fails leaves its kernels without a unit (compiled alone by the caller);
+    // the other units are kept.
+    ModuleCache cache("sm_90", dir);
+    KernelSource broken{"broken", "extern \"C\" __global__ void broken(float* p) { p[0] = nope; }\n",
+                        kernel(0).options};
+    auto units = cache.compile_kernels({kernel(6), broken, kernel(7), kernel(8)}, 2);
+    EXPECT_TRUE(units[0].empty());
+    EXPECT_TRUE(units[1].empty());
+    EXPECT_FALSE(units[2].empty());
+    EXPECT_EQ(units[2], units[3]);
+  }
+  fs::remove_all(dir);
+}
+
 TEST(CudaNvrtc, CompileErrorsCarryTheLog) {
   LUMINAL_REQUIRE_NVRTC();
   KernelSource broken{"broken_kernel", "extern \"C\" __global__ void k(float* p) { p[0] = undeclared_name; }\n", {}};

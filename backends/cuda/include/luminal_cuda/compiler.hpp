@@ -47,11 +47,26 @@ class ModuleCache {
   std::vector<std::shared_ptr<const std::string>> cubins(const std::vector<KernelSource>& sources,
                                                          unsigned threads = 0);
 
+  // Many generated kernels, each a source of its own (`name` is its function's name),
+  // compiled `per_unit` to a translation unit so NVRTC's fixed cost is shared. A kernel
+  // compiled before in any unit, by this process or another through the disk, is found by
+  // its own key and not compiled again: units are made of whichever kernels are new, so
+  // another process (the profiling worker, a second compile) would otherwise form other
+  // units of the same kernels and miss the disk. Returns, per kernel, the cache key of
+  // the unit that holds it, or "" where its unit failed to compile (the caller compiles
+  // that kernel alone, so the error names it).
+  std::vector<std::string> compile_kernels(const std::vector<KernelSource>& kernels, size_t per_unit,
+                                           unsigned threads = 0);
+
   // Load (once) and return a kernel of a compiled source. Needs a current context.
   api::CUfunction function(const KernelSource& source, const std::string& kernel_name);
+  // The same from a unit's cache key (compile_kernels' answer): its CUBIN must be in
+  // memory or on disk. Throws luminal::Error when it is not.
+  api::CUfunction function(const std::string& unit_key, const std::string& kernel_name);
 
   struct Stats {
     int memory_hits = 0, disk_hits = 0, compiled = 0;
+    int kernels_found = 0;  // compile_kernels: kernels found in an earlier unit
   };
   Stats stats() const;
 
@@ -59,7 +74,13 @@ class ModuleCache {
   std::string arch_;
   std::filesystem::path disk_dir_;
   mutable std::mutex mutex_;
+  std::shared_ptr<const std::string> read_cubin(const std::string& key) const;  // from disk, validated
+  std::string unit_of(const std::string& kernel_key);                          // "" when unknown
+  void remember_unit(const std::string& kernel_key, const std::string& unit_key);
+  void write_file(const std::string& name, const std::string& contents) const;
+
   std::map<std::string, std::shared_ptr<const std::string>> cubins_;
+  std::map<std::string, std::string> unit_of_;  // kernel key -> the key of the unit holding it
   std::map<std::string, api::CUmodule> modules_;
   std::map<std::pair<std::string, std::string>, api::CUfunction> functions_;
   Stats stats_;
