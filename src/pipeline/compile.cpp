@@ -18,6 +18,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <map>
 #include <random>
 #include <sstream>
 #include <unordered_map>
@@ -302,11 +303,23 @@ class SegmentProfiler {
     auto trace = [&](const search::Evaluation& ev) {
       // The first few of each segment, and any that takes a second or more, or is rejected.
       const double total_s = since(candidate_start);
-      if (!o_.verbose_ || (traced_++ >= 3 && ev.seconds && total_s < 1.0)) return;
+      // LUMINAL_TRACE_CANDIDATES=1 (with verbose): every candidate, with its steps by kind.
+      static const bool trace_all = [] {
+        const char* v = std::getenv("LUMINAL_TRACE_CANDIDATES");
+        return v && *v && std::string(v) != "0";
+      }();
+      if (!o_.verbose_ || (!trace_all && traced_++ >= 3 && ev.seconds && total_s < 1.0)) return;
       const std::string verdict = ev.seconds ? std::to_string(*ev.seconds * 1e3) + " ms"
                                              : std::string(search::rejection_name(ev.rejection)) + ": " + ev.detail;
       std::fprintf(stderr, "\n  candidate of %zu nodes: load %.2f s, warm-up %.2f s, %.2f s in all, %s",
                    candidate.program.size(), load_s, r.warmup_seconds, total_s, verdict.c_str());
+      if (trace_all) {
+        std::map<std::string, int> kinds;
+        for (const Node& n : candidate.program.nodes())
+          if (n.op == OpKind::BackendOp) kinds[n.backend->name]++;
+          else if (n.op != OpKind::Input && n.op != OpKind::Output) kinds[std::string(op_name(n.op))]++;
+        for (const auto& [name, count] : kinds) std::fprintf(stderr, " %s:%d", name.c_str(), count);
+      }
     };
     ProfileOptions po;
     po.trials = o_.trials_;

@@ -13,7 +13,7 @@
 // one run on the runtime's stream (`profile`), compile time, and the largest difference
 // from a host reference in double over the same weights and inputs (exit 1 above 1e-4).
 //
-//   dlrm_cuda [--batch 2048] [--search-s 20] [--runs 500] [--small 1]
+//   dlrm_cuda [--batch 2048] [--search-s 20] [--runs 500] [--small 1] [--verbose 1]
 // --small 1: batch 8, 5 timed runs, a 2 s search (a smoke test, e.g. under the host emulation).
 #include <algorithm>
 #include <chrono>
@@ -148,7 +148,9 @@ int main(int argc, char** argv) {
     Model m;
     build(m, batch);
     auto t0 = Clock::now();
-    auto rt = m.cx.compile(cuda::CudaRuntime{}, CompileOptions().search_time_limit(std::chrono::duration<double>(search_s)));
+    auto rt = m.cx.compile(cuda::CudaRuntime{}, CompileOptions()
+                                                    .search_time_limit(std::chrono::duration<double>(search_s))
+                                                    .verbose(arg(argc, argv, "--verbose", 0) != 0));
     const double compile_s = std::chrono::duration<double>(Clock::now() - t0).count();
 
     // Weights scaled like an initialised layer (uniform in +-1/sqrt(in)), inputs with
