@@ -1,5 +1,6 @@
 #include "luminal_cuda/compiler.hpp"
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
@@ -222,7 +223,12 @@ std::vector<std::string> ModuleCache::compile_kernels(const std::vector<KernelSo
     std::lock_guard lock(mutex_);
     stats_.kernels_found += static_cast<int>(kernels.size() - missing.size());
   }
-  // The new kernels, per_unit at a time; kernels of different options never share a unit.
+  // The new kernels, per_unit at a time, or fewer where that leaves threads idle: a search
+  // generation brings a few new kernels, and one unit of them compiles on one thread
+  // while the rest wait (NVRTC's fixed cost for a generated kernel is ~50 ms, its
+  // optimisation 0.1-0.7 s). Kernels of different options never share a unit.
+  if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
+  per_unit = std::clamp<size_t>((missing.size() + threads - 1) / threads, 1, per_unit);
   std::vector<KernelSource> units;
   std::vector<std::vector<size_t>> members;
   std::map<std::vector<std::string>, size_t> open_unit;  // options -> the unit being filled

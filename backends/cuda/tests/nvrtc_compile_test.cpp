@@ -116,14 +116,14 @@ TEST(CudaNvrtc, KernelsAreFoundWhateverUnitCompiledThem) {
   std::vector<std::string> first_units;
   {
     ModuleCache cache("sm_90", dir);
-    first_units = cache.compile_kernels({kernel(0), kernel(1), kernel(2), kernel(3), kernel(4)}, 2);
+    first_units = cache.compile_kernels({kernel(0), kernel(1), kernel(2), kernel(3), kernel(4)}, 2, /*threads=*/1);
     ASSERT_EQ(first_units.size(), 5u);
     EXPECT_EQ(cache.stats().compiled, 3);  // units {0,1} {2,3} {4}
     EXPECT_EQ(first_units[0], first_units[1]);
     EXPECT_NE(first_units[1], first_units[2]);
     EXPECT_EQ(first_units[2], first_units[3]);
     // In the same process: all found, nothing compiled, and a new kernel gets a unit of its own.
-    auto again = cache.compile_kernels({kernel(3), kernel(5), kernel(0)}, 2);
+    auto again = cache.compile_kernels({kernel(3), kernel(5), kernel(0)}, 2, 1);
     EXPECT_EQ(again[0], first_units[3]);
     EXPECT_EQ(again[2], first_units[0]);
     EXPECT_EQ(cache.stats().compiled, 4);
@@ -155,11 +155,26 @@ TEST(CudaNvrtc, KernelsAreFoundWhateverUnitCompiledThem) {
     ModuleCache cache("sm_90", dir);
     KernelSource broken{"broken", "extern \"C\" __global__ void broken(float* p) { p[0] = nope; }\n",
                         kernel(0).options};
-    auto units = cache.compile_kernels({kernel(6), broken, kernel(7), kernel(8)}, 2);
+    auto units = cache.compile_kernels({kernel(6), broken, kernel(7), kernel(8)}, 2, 1);
     EXPECT_TRUE(units[0].empty());
     EXPECT_TRUE(units[1].empty());
     EXPECT_FALSE(units[2].empty());
     EXPECT_EQ(units[2], units[3]);
+  }
+  {
+    // Few new kernels and many threads: a unit each, compiled side by side.
+    ModuleCache cache("sm_90", {});
+    auto units = cache.compile_kernels({kernel(10), kernel(11), kernel(12)}, 8, /*threads=*/4);
+    EXPECT_EQ(cache.stats().compiled, 3);
+    EXPECT_NE(units[0], units[1]);
+    EXPECT_NE(units[1], units[2]);
+    // Many: four threads, eight kernels, two to a unit.
+    std::vector<KernelSource> eight;
+    for (int i = 20; i < 28; ++i) eight.push_back(kernel(i));
+    units = cache.compile_kernels(eight, 8, 4);
+    EXPECT_EQ(cache.stats().compiled, 3 + 4);
+    EXPECT_EQ(units[0], units[1]);
+    EXPECT_NE(units[1], units[2]);
   }
   fs::remove_all(dir);
 }

@@ -52,9 +52,10 @@ class ModuleCache {
   // compiled before in any unit, by this process or another through the disk, is found by
   // its own key and not compiled again: units are made of whichever kernels are new, so
   // another process (the profiling worker, a second compile) would otherwise form other
-  // units of the same kernels and miss the disk. Returns, per kernel, the cache key of
-  // the unit that holds it, or "" where its unit failed to compile (the caller compiles
-  // that kernel alone, so the error names it).
+  // units of the same kernels and miss the disk. Units shrink below `per_unit` where
+  // full units would leave some of `threads` (0: one per core) idle. Returns, per kernel,
+  // the cache key of the unit that holds it, or "" where its unit failed to compile (the
+  // caller compiles that kernel alone, so the error names it).
   std::vector<std::string> compile_kernels(const std::vector<KernelSource>& kernels, size_t per_unit,
                                            unsigned threads = 0);
 
