@@ -98,7 +98,7 @@ int main(int argc, char** argv) {
     Stream stream;
     const StreamHandle s = stream.get();
     ModuleCache cache(ctx.info().arch());
-    CublasLt lt;
+    CublasLt lt(size_t{32} << 20, static_cast<size_t>(ctx.info().l2_bytes));
     const DType bf16 = DType::BF16;
     // Compile every variant this run can launch, in parallel, before timing anything.
     {

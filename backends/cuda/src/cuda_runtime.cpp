@@ -238,7 +238,7 @@ struct CudaRuntime::Shared {
   }
 
   CublasLt& cublaslt() {
-    if (!lt) lt = std::make_unique<CublasLt>();
+    if (!lt) lt = std::make_unique<CublasLt>(size_t{32} << 20, static_cast<size_t>(context->info().l2_bytes));
     return *lt;
   }
 

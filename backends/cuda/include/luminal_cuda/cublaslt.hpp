@@ -43,7 +43,10 @@ bool cublaslt_supports(const MatmulSpec& spec, std::string* why = nullptr);
 class CublasLt {
  public:
   // Needs a current context; throws luminal::Error when cuBLASLt cannot be loaded.
-  explicit CublasLt(size_t workspace_bytes = 32u << 20);
+  // `l2_bytes`, the device's L2 (DeviceInfo::l2_bytes): autotuning then times every run on
+  // operands the L2 does not hold, as a model reads each weight once per step (0: one set
+  // of operands, read again from the L2).
+  explicit CublasLt(size_t workspace_bytes = 32u << 20, size_t l2_bytes = 0);
   ~CublasLt();
   CublasLt(const CublasLt&) = delete;
   CublasLt& operator=(const CublasLt&) = delete;
@@ -65,6 +68,7 @@ class CublasLt {
   DeviceBuffer workspace_;
   std::map<std::string, std::unique_ptr<Plan>> plans_;
   size_t autotuned_ = 0;
+  size_t l2_bytes_ = 0;
   // Index of the fastest of `found` candidates for `plan`, timed on scratch operands; 0
   // when none could be timed.
   int fastest(const Plan& plan, const api::cublasLtMatmulHeuristicResult_t* candidates, int found);
