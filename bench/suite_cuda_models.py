@@ -153,14 +153,15 @@ def _without_progress(text):
     return "\n".join(l for l in lines if l.strip() and not re.match(r"\s*search \[", l))
 
 
-def luminal_run(binary: Path, model_dir: Path, prompt: str, cache_dir: Path, search_s: float, timeout_s: float):
+def luminal_run(binary: Path, model_dir: Path, prompt: str, cache_dir: Path, search_s: float, timeout_s: float,
+                extra_env=None):
     """One `luminal generate --device cuda` process: the prompt three times on the compiled
     model. The first run of a prompt length resolves and allocates its plan and runs eagerly,
     the second captures and instantiates its CUDA graph (host work a server pays once per
     length), the third replays it: TTFT and TPOT are the third's, as the peers' are medians
     after warm-up runs; the first's and second's TTFT are reported beside it. Compile time is
     the process's."""
-    env = dict(os.environ, LUMINAL_CACHE_DIR=str(cache_dir))
+    env = dict(os.environ, LUMINAL_CACHE_DIR=str(cache_dir), **(extra_env or {}))
     cmd = [str(binary), "generate", "--device", "cuda", "--model", str(model_dir), "--prompt", prompt,
            "--prompt", prompt, "--prompt", prompt, "--max-tokens", str(NEW_TOKENS), "--temperature", "0",
            "--search-seconds", str(search_s), "--verbose"]
@@ -330,6 +331,9 @@ def main():
     ap.add_argument("--quick", action="store_true", help="2 layers instead of 32 (a smoke run)")
     ap.add_argument("--budget-s", type=float, default=420)
     ap.add_argument("--search-seconds", type=float, default=10)
+    ap.add_argument("--variant-env", action="append", default=[], metavar="K=V[,K=V]",
+                    help="after the warm run, one more warm run per value with these variables set "
+                         "(e.g. LUMINAL_GEMV_PREFETCH=0): an A/B of a runtime switch in the same call")
     ap.add_argument("--peers-only", help=argparse.SUPPRESS)  # internal: the peers' child process
     ap.add_argument("--prompt-file", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -376,6 +380,15 @@ def main():
                                ours_deadline - time.time())
             log(f"luminal warm: {warm}")
             ours["warm"] = warm
+            for spec in args.variant_env:
+                extra = dict(kv.split("=", 1) for kv in spec.split(",") if "=" in kv)
+                try:
+                    ours.setdefault("variants", {})[spec] = luminal_run(
+                        Path(args.bin), model_dir, prompt, Path(cache), args.search_seconds,
+                        ours_deadline - time.time(), extra_env=extra)
+                    log(f"luminal warm with {spec}: {ours['variants'][spec]}")
+                except Exception as e:  # noqa: BLE001 - a variant's failure is reported, not fatal
+                    log(f"luminal warm with {spec} failed: {type(e).__name__}: {e}"[:2000])
         except Exception as e:  # noqa: BLE001 - the peers still run and the failure is printed
             error = f"{type(e).__name__}: {e}"[:2000]
             log(error)
@@ -407,6 +420,11 @@ def main():
          prompt_tokens=warm.get("prompt_tokens"), ttft_first_prompt_ms=warm.get("ttft_first_ms"),
          ttft_second_prompt_ms=warm.get("ttft_second_ms"),
          target="<= 12 ms and faster than torch.compile")
+    for spec, v in ours.get("variants", {}).items():
+        vt = v.get("tpot_ms")
+        emit({"suite": "cuda", "case": f"{case}_decode_tpot_ctx512_variant", "variant": spec, "value": vt,
+              "unit": "ms", "better": "lower", "fraction_of_floor": round(floor_ms / vt, 4) if vt else None,
+              "ttft_ms": v.get("ttft_ms"), "default_tpot_ms": tpot})
     compile_peer = peers.get("compile_s_torch")
     cold = ours.get("cold", {})
     cold_s = cold["compile_ms"] / 1e3 if cold.get("compile_ms") else None

@@ -12,6 +12,43 @@ namespace lk {
 
 constexpr int kGemvWarps = 8;
 
+// Weight prefetch before the grid dependency wait. Under programmatic dependent launch the
+// blocks of a GEMV become resident while the kernel before it (a norm, RoPE, attention:
+// a few microseconds, reading little) still runs; the weights never depend on that kernel,
+// so each block asks the L2 for the start of its rows then, and DRAM streams weights
+// through what would otherwise be a gap. The grid's requests are capped at
+// kGemvPrefetchBytes: about what DRAM delivers during a short kernel, a fraction of the L2,
+// so nothing prefetched is evicted before the GEMV reads it. A hint: it never faults
+// (sm_90's bulk prefetch) and results do not depend on it. LK_GEMV_PREFETCH_MB (defined by
+// the runtime from LUMINAL_GEMV_PREFETCH_MB; 0 compiles it out) sets the cap, to measure it.
+#ifndef LK_GEMV_PREFETCH_MB
+#define LK_GEMV_PREFETCH_MB 12
+#endif
+#define LK_GEMV_PREFETCH (LK_GEMV_PREFETCH_MB > 0)
+constexpr long long kGemvPrefetchBytes = (long long)LK_GEMV_PREFETCH_MB << 20;
+
+template <class TW>
+__device__ __forceinline__ void prefetch_rows(const TW* w, long long first_row, long long rows, long long K,
+                                              long long grid_blocks) {
+#if LK_GEMV_PREFETCH && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  if (threadIdx.x >= 32 || rows <= 0) return;
+  unsigned long long begin = reinterpret_cast<unsigned long long>(w + first_row * K);
+  long long bytes = rows * K * (long long)sizeof(TW);
+  const long long cap = kGemvPrefetchBytes / (grid_blocks > 0 ? grid_blocks : 1);
+  if (bytes > cap) bytes = cap;
+  // The instruction takes a 16-byte aligned start and a multiple of 16 bytes: the start is
+  // rounded down (the allocation is at least 256-byte aligned) and the length down.
+  const unsigned long long aligned = begin & ~15ull;
+  bytes = (bytes + (long long)(begin - aligned)) & ~15ll;
+  begin = aligned;
+  constexpr long long kChunk = 4096;
+  for (long long off = (long long)threadIdx.x * kChunk; off < bytes; off += 32 * kChunk) {
+    const unsigned size = (unsigned)(bytes - off < kChunk ? bytes - off : kChunk);
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(begin + off), "r"(size) : "memory");
+  }
+#endif
+}
+
 template <class T, class TW, int MMAX, int RPW, int ACT, int UNROLL>
 __device__ __forceinline__ void gemv(const T* __restrict__ x, const TW* __restrict__ w,
                                      const T* __restrict__ bias, const T* __restrict__ residual,
@@ -122,6 +159,9 @@ __device__ __forceinline__ void gemv(const T* __restrict__ x, const TW* __restri
   extern "C" __global__ void __launch_bounds__(lk::kGemvWarps * 32)                                   \
       NAME(const T* x, const TW* w, const T* bias, const T* residual, T* y, int M, int N, int K,       \
            int ksplit, int vectorized) {                                                              \
+    const int rows_per_block = (lk::kGemvWarps / ksplit) * RPW;                                        \
+    const long long first = (long long)blockIdx.x * rows_per_block;                                    \
+    lk::prefetch_rows(w, first, min((long long)rows_per_block, (long long)N - first), K, gridDim.x);  \
     LK_GRID_ENTER();                                                                                   \
     lk::gemv<T, TW, MMAX, RPW, ACT, UNROLL>(x, w, bias, residual, y, M, N, K, ksplit, vectorized, blockIdx.x); \
   }
@@ -133,7 +173,6 @@ __device__ __forceinline__ void gemv(const T* __restrict__ x, const TW* __restri
   extern "C" __global__ void __launch_bounds__(lk::kGemvWarps * 32)                                   \
       NAME(const T* x, const TW* w0, const TW* w1, const TW* w2, const TW* w3, T* y0, T* y1, T* y2, T* y3, \
            int n0, int n1, int n2, int n3, int M, int K, int ksplit, int vectorized) {                 \
-    LK_GRID_ENTER();                                                                                   \
     const int rows_per_block = (lk::kGemvWarps / ksplit) * RPW;                                        \
     const TW* w[4] = {w0, w1, w2, w3};                                                                 \
     T* y[4] = {y0, y1, y2, y3};                                                                        \
@@ -142,6 +181,9 @@ __device__ __forceinline__ void gemv(const T* __restrict__ x, const TW* __restri
     for (int p = 0; p < 4; ++p) {                                                                      \
       const long long blocks = (n[p] + rows_per_block - 1) / rows_per_block;                           \
       if (block < blocks) {                                                                            \
+        const long long first = block * rows_per_block;                                                \
+        lk::prefetch_rows(w[p], first, min((long long)rows_per_block, (long long)n[p] - first), K, gridDim.x); \
+        LK_GRID_ENTER();                                                                               \
         lk::gemv<T, TW, MMAX, RPW, 0, UNROLL>(x, w[p], nullptr, nullptr, y[p], M, n[p], K, ksplit,      \
                                               vectorized, block);                                      \
         return;                                                                                        \

@@ -87,9 +87,14 @@ KernelSource region_kernel_source(const std::string& region, const std::string& 
 
 namespace {
 using kernel::GemmOperand;
+// Our GEMV or cuBLASLt (rules/cuda.egg); the "Add" forms carry a third input, a residual
+// added in the epilogue.
 bool is_matmul(const Node& n) {
-  return n.op == OpKind::BackendOp && (n.backend->name == "CudaGemv" || n.backend->name == "CudaCublasLt");
+  if (n.op != OpKind::BackendOp) return false;
+  const std::string& name = n.backend->name;
+  return name == "CudaGemv" || name == "CudaCublasLt" || name == "CudaGemvAdd" || name == "CudaCublasLtAdd";
 }
+bool is_gemv(const Node& n) { return n.backend->name == "CudaGemv" || n.backend->name == "CudaGemvAdd"; }
 // F32 for a matmul's B operand held in F16/BF16 under an F32 product (the half-weights
 // rule): the GEMV reads it as it is; anything else reads an F32 copy. nullopt otherwise.
 std::optional<DType> widened_weight(const Node& matmul, int operand, DType operand_dtype) {
@@ -860,7 +865,10 @@ void CudaRuntime::load_program(size_t slot, const luminal::Graph& program, std::
         if (!direct) regions.push_back(step.custom_copy_regions.back());
       }
     } else if (is_matmul(n)) {
-      step.kind = n.backend->name == "CudaGemv" ? StepKind::Gemv : StepKind::CublasLt;
+      step.kind = is_gemv(n) ? StepKind::Gemv : StepKind::CublasLt;
+      LUMINAL_CHECK(n.inputs.size() == 2 || (n.inputs.size() == 3 && n.inputs[2].view.is_contiguous() &&
+                                             p.graph.node(n.inputs[2].node).dtype == n.dtype),
+                    "cuda: ", n.backend->name, " takes A, B and at most a contiguous residual of its dtype");
       step.gemm = cuda_gemm_layout(n.inputs[0].view, n.inputs[1].view);
       LUMINAL_CHECK(step.gemm.has_value(), "cuda: ", n.backend->name, " with operand views it cannot take");
       LUMINAL_CHECK(gemm_dtype(n.dtype), "cuda: ", n.backend->name, " of ", dtype_name(n.dtype),
@@ -1407,7 +1415,9 @@ void CudaRuntime::run(size_t slot, const DimMap& dims) {
         case StepKind::Gemv:
         case StepKind::CublasLt: {
           const GemmLayout& l = *step.gemm;
-          if (runs_as_small_matmul(step, l, n.dtype, dims)) {
+          // CudaGemvAdd / CudaCublasLtAdd: a residual [batch?, m, n], laid out as the result.
+          const DevicePtr residual = n.inputs.size() > 2 ? ptr[n.inputs[2].node] : 0;
+          if (!residual && runs_as_small_matmul(step, l, n.dtype, dims)) {
             open_group.reset();
             // Its sizes go to the dims buffer; the resolution holds while they stay positive.
             rs.eval(l.m);
@@ -1434,9 +1444,16 @@ void CudaRuntime::run(size_t slot, const DimMap& dims) {
           const int64_t esize = static_cast<int64_t>(dtype_bytes(dt));
           const DevicePtr out = ptr[step.node];
           if (m == 0 || nn == 0 || batch == 0) break;
-          if (k == 0) {  // an empty sum
+          if (k == 0) {  // an empty sum: zeros, or the residual
             const size_t bytes = static_cast<size_t>(m * nn * batch * esize);
-            r.ops.push_back({[out, bytes](StreamHandle st) { LUMINAL_CU(cuMemsetD8Async, out, 0, bytes, st); }, false});
+            r.ops.push_back({[out, bytes, residual](StreamHandle st) {
+                               if (residual) {
+                                 if (residual != out) LUMINAL_CU(cuMemcpyDtoDAsync, out, residual, bytes, st);
+                               } else {
+                                 LUMINAL_CU(cuMemsetD8Async, out, 0, bytes, st);
+                               }
+                             },
+                             false});
             break;
           }
           // Each operand as [rows, cols] with element strides; packed through its copy
@@ -1525,7 +1542,8 @@ void CudaRuntime::run(size_t slot, const DimMap& dims) {
             // Read in place with 16-byte loads (no operand copy): it may share a launch with
             // the GEMV just before it when both read the same x.
             const int vector = 16 / static_cast<int>(dtype_bytes(a.weight_dtype.value_or(dt)));
-            const bool groupable = op[0].scratch < 0 && op[1].scratch < 0 && a.K % vector == 0 &&
+            a.residual = residual;
+            const bool groupable = !residual && op[0].scratch < 0 && op[1].scratch < 0 && a.K % vector == 0 &&
                                    op[0].base % 16 == 0 && op[1].base % 16 == 0;
             if (!groupable) open_group.reset();
             if (groupable && open_group && open_group->count < kGemvGroupMax && open_group->x == op[0].base &&
@@ -1592,12 +1610,13 @@ void CudaRuntime::run(size_t slot, const DimMap& dims) {
             spec.d.order = Order::RowMajor;
             spec.d.ld = nn;
             spec.d.batch_stride = batch > 1 ? m * nn : 0;
+            if (residual) spec.beta = 1.0f;  // D = A B + C, C the residual laid out as D
             std::string why;
             LUMINAL_CHECK(cublaslt_supports(spec, &why), "cuda: cuBLASLt cannot run ", what, ": ", why);
             CublasLt& lt = s.shared->cublaslt();
             const CublasLt::Plan* plan = &lt.prepare(spec);  // outside capture: the heuristic runs once
-            r.ops.push_back({[plan, &lt, op0 = op[0], op1 = op[1], out, operand_ptr](StreamHandle st) {
-                               lt.enqueue(*plan, operand_ptr(op0), operand_ptr(op1), out, 0, st);
+            r.ops.push_back({[plan, &lt, op0 = op[0], op1 = op[1], out, residual, operand_ptr](StreamHandle st) {
+                               lt.enqueue(*plan, operand_ptr(op0), operand_ptr(op1), out, 0, st, residual);
                              },
                              false});
           }

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <cstdlib>
 #include <initializer_list>
 #include <limits>
 #include <optional>
@@ -129,6 +130,23 @@ std::string gemv_variant_types(DType dtype, int m_max, int rows_per_warp, int un
   LUMINAL_CHECK(unroll == 2 || unroll == 4 || unroll == 8, "GEMV unroll must be 2, 4 or 8, got ", unroll);
   return wdt == dtype ? lower(dtype_name(dtype)) : lower(dtype_name(dtype)) + "_w" + lower(dtype_name(wdt));
 }
+
+// gemv.cu; LUMINAL_GEMV_PREFETCH_MB=n caps its weight prefetch at n MiB (0: none) instead
+// of the default, to measure the prefetch in one run (the source, so the cache key, differs).
+const char* gemv_family() {
+  static const std::string family = [] {
+    std::string prefix;
+    if (const char* env = std::getenv("LUMINAL_GEMV_PREFETCH_MB")) {
+      char* end = nullptr;
+      const long mb = std::strtol(env, &end, 10);
+      LUMINAL_CHECK(end != env && *end == '\0' && mb >= 0 && mb <= 1024,
+                    "LUMINAL_GEMV_PREFETCH_MB must be a number of MiB from 0 to 1024, got '", env, "'");
+      prefix = detail::concat("#define LK_GEMV_PREFETCH_MB ", mb, "\n");
+    }
+    return prefix + embedded::kGemvCu;
+  }();
+  return family.c_str();
+}
 }  // namespace
 
 KernelSource gemv_source(DType dtype, int m_max, int rows_per_warp, Activation act, int unroll,
@@ -140,7 +158,7 @@ KernelSource gemv_source(DType dtype, int m_max, int rows_per_warp, Activation a
                      ", ", m_max, ", ", rows_per_warp, ", ", static_cast<int>(act), ", ", unroll, ")");
   return assemble(detail::concat("gemv_", types, "_m", m_max, "_r", rows_per_warp, "_u", unroll, "_",
                                  activation_name(act)),
-                  embedded::kGemvCu, entry);
+                  gemv_family(), entry);
 }
 
 void launch_gemv(ModuleCache& cache, const GemvArgs& a, StreamHandle stream, int sm_count, GemvConfig config) {
@@ -171,7 +189,7 @@ KernelSource gemv_group_source(DType dtype, int m_max, int rows_per_warp, int un
       detail::concat("LUMINAL_GEMV_GROUP_ENTRY(", kGemvGroupKernelName, ", ", kernel_type_name(dtype), ", ",
                      kernel_type_name(wdt), ", ", m_max, ", ", rows_per_warp, ", ", unroll, ")");
   return assemble(detail::concat("gemv_group_", types, "_m", m_max, "_r", rows_per_warp, "_u", unroll),
-                  embedded::kGemvCu, entry);
+                  gemv_family(), entry);
 }
 
 GemvConfig gemv_group_config(const GemvGroupArgs& a, int sm_count) {

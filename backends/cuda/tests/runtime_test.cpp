@@ -94,7 +94,9 @@ void check(const std::string& what, const Build& build, std::vector<DimMap> dim_
 // `b_dtype`, only one whose matmuls read a B operand of that dtype.
 std::optional<search::Extracted> program_with_matmuls(luminal::testing::TestModel& m, const std::string& matmul_op,
                                                       std::optional<DType> b_dtype = std::nullopt,
-                                                      int min_matmuls = 1) {
+                                                      int min_matmuls = 1, bool residual = false) {
+  // The plain matmul ops, or (residual) those that add a third input in their epilogue.
+  const std::string gemv = residual ? "CudaGemvAdd" : "CudaGemv", lt = residual ? "CudaCublasLtAdd" : "CudaCublasLt";
   auto lowered = search::lower_to_egraph(m.cx, [](egraph::EGraph& eg) { cuda::register_runtime_primitives(eg); });
   auto files = search::core_rule_files();
   for (auto& f : cuda::runtime_rule_files()) files.push_back(f);
@@ -116,7 +118,7 @@ std::optional<search::Extracted> program_with_matmuls(luminal::testing::TestMode
     bool wanted = true;
     for (NodeId i = 0; i < p->program.size(); ++i) {
       const Node& n = p->program.node(i);
-      if (n.op != OpKind::BackendOp || (n.backend->name != "CudaGemv" && n.backend->name != "CudaCublasLt")) continue;
+      if (n.op != OpKind::BackendOp || (n.backend->name != gemv && n.backend->name != lt)) continue;
       if (b_dtype && p->program.node(n.inputs[1].node).dtype != *b_dtype) wanted = false;
       auto call = *n.backend;
       call.name = matmul_op;
@@ -312,6 +314,45 @@ TEST(CudaRuntime, MatmulThroughBothImplementations) {
         ASSERT_TRUE(p.has_value()) << "no program with a matmul op";
         expect_linear_matches(*p, m, x, w, xv, wv, rows, N, K, 1e-5, rounding,
                               detail::concat(impl, " ", dtype_name(dt), " rows ", rows));
+      }
+    }
+}
+
+// A residual added to a linear layer's result (`h + o_proj(a)`) is added in the matmul's
+// epilogue (rules/cuda.egg, cuda-matmul-residual): the GEMV's, or cuBLASLt's C with beta 1.
+// Both operand orders of the Add, 1 and 3 rows (the GEMV), 40 (the GEMV op falls back to
+// cuBLASLt), two lengths of a symbolic row count (the resolution and the replay), against
+// the reference; and the residual is the matmul's only other input, so a result that
+// ignored it, or added it twice, would fail.
+TEST(CudaRuntime, AResidualIsAddedInTheMatmulsEpilogue) {
+  LUMINAL_REQUIRE_GPU();
+  const bool emulated = fake_device();
+  for (DType dt : {DType::F32, DType::BF16})
+    for (bool residual_first : {true, false}) {
+      const int K = 72, N = 40;
+      luminal::testing::TestModel m;
+      const Expression rows = Expression::var("rows");
+      auto x = m.cx.named_tensor("x", {rows, K}, dt);
+      auto w = m.cx.named_tensor("w", {N, K}, dt).persist();
+      auto r = m.cx.named_tensor("r", {rows, N}, dt);
+      m.inputs = {x, w, r};
+      auto y = x.linear(w);
+      m.outputs.push_back((residual_first ? r + y : y + r).output());
+      m.cx.set_dim("rows", 3);
+      for (const char* impl : {"CudaGemvAdd", "CudaCublasLtAdd"}) {
+        const std::string what = detail::concat(impl, " ", dtype_name(dt), residual_first ? " r + xW" : " xW + r");
+        auto p = program_with_matmuls(m, impl, std::nullopt, 1, /*residual=*/true);
+        ASSERT_TRUE(p.has_value()) << what << ": no program adds the residual in a matmul";
+        for (const Node& n : p->program.nodes())
+          EXPECT_TRUE(n.op == OpKind::Input || n.op == OpKind::Output || (n.op == OpKind::BackendOp && n.backend->name == impl))
+              << what << ": the program computes more than the one matmul (" << op_name(n.op) << ")";
+        DeviceAndReference both(*p, m);
+        uint32_t seed = 60;
+        for (int64_t len : emulated ? std::vector<int64_t>{1, 3} : std::vector<int64_t>{1, 3, 40, 1}) {
+          both.step(m, dt, "rows", len, seed, what, 1e-4, 0.1);
+          seed += 3;
+          if (::testing::Test::HasFatalFailure()) return;
+        }
       }
     }
 }
