@@ -153,17 +153,37 @@ __device__ __forceinline__ void gemv(const T* __restrict__ x, const TW* __restri
   }
 }
 
+// After its own work, a block asks the L2 for its share of `bytes` from `next`: the
+// weights of the GEMV after this one (the runtime passes them). Blocks that finish early
+// start it while the last ones still stream, and it goes on through the short kernels
+// between the two GEMVs (norms, RoPE, attention), when DRAM would otherwise idle.
+__device__ __forceinline__ void prefetch_next(const void* next, long long bytes) {
+#if LK_GEMV_PREFETCH && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  if (threadIdx.x >= 32 || !next || bytes < 16) return;
+  const long long share = (bytes / gridDim.x + 15) & ~15ll;
+  const long long begin = (long long)blockIdx.x * share;
+  const long long end = begin + share < bytes ? begin + share : bytes & ~15ll;
+  const unsigned long long base = reinterpret_cast<unsigned long long>(next);
+  constexpr long long kChunk = 4096;
+  for (long long off = begin + (long long)threadIdx.x * kChunk; off < end; off += 32 * kChunk) {
+    const unsigned size = (unsigned)(end - off < kChunk ? end - off : kChunk);
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(base + off), "r"(size) : "memory");
+  }
+#endif
+}
+
 }  // namespace lk
 
 #define LUMINAL_GEMV_ENTRY(NAME, T, TW, MMAX, RPW, ACT, UNROLL)                                       \
   extern "C" __global__ void __launch_bounds__(lk::kGemvWarps * 32)                                   \
       NAME(const T* x, const TW* w, const T* bias, const T* residual, T* y, int M, int N, int K,       \
-           int ksplit, int vectorized) {                                                              \
+           int ksplit, int vectorized, const void* next, long long next_bytes) {                      \
     const int rows_per_block = (lk::kGemvWarps / ksplit) * RPW;                                        \
     const long long first = (long long)blockIdx.x * rows_per_block;                                    \
     lk::prefetch_rows(w, first, min((long long)rows_per_block, (long long)N - first), K, gridDim.x);  \
     LK_GRID_ENTER();                                                                                   \
     lk::gemv<T, TW, MMAX, RPW, ACT, UNROLL>(x, w, bias, residual, y, M, N, K, ksplit, vectorized, blockIdx.x); \
+    lk::prefetch_next(next, next_bytes);                                                               \
   }
 
 // Up to four GEMVs over the same x in one launch (launch_gemv_group): problem p takes the
@@ -172,7 +192,8 @@ __device__ __forceinline__ void gemv(const T* __restrict__ x, const TW* __restri
 #define LUMINAL_GEMV_GROUP_ENTRY(NAME, T, TW, MMAX, RPW, UNROLL)                                         \
   extern "C" __global__ void __launch_bounds__(lk::kGemvWarps * 32)                                   \
       NAME(const T* x, const TW* w0, const TW* w1, const TW* w2, const TW* w3, T* y0, T* y1, T* y2, T* y3, \
-           int n0, int n1, int n2, int n3, int M, int K, int ksplit, int vectorized) {                 \
+           int n0, int n1, int n2, int n3, int M, int K, int ksplit, int vectorized, const void* next,  \
+           long long next_bytes) {                                                                     \
     const int rows_per_block = (lk::kGemvWarps / ksplit) * RPW;                                        \
     const TW* w[4] = {w0, w1, w2, w3};                                                                 \
     T* y[4] = {y0, y1, y2, y3};                                                                        \
@@ -186,6 +207,7 @@ __device__ __forceinline__ void gemv(const T* __restrict__ x, const TW* __restri
         LK_GRID_ENTER();                                                                               \
         lk::gemv<T, TW, MMAX, RPW, 0, UNROLL>(x, w[p], nullptr, nullptr, y[p], M, n[p], K, ksplit,      \
                                               vectorized, block);                                      \
+        lk::prefetch_next(next, next_bytes);                                                           \
         return;                                                                                        \
       }                                                                                                \
       block -= blocks;                                                                                 \

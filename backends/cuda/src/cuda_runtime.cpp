@@ -482,6 +482,54 @@ struct Resolved {
 // reuses the last step's resolution and replays its graph instead of resolving the whole
 // program again and updating the graph (18 ms a step on the 8B model, more than its
 // kernels). cuBLASLt and the GEMV take their sizes as arguments.
+// How many bytes of the next GEMV's weights a GEMV asks the L2 for as it finishes
+// (kernels/gemv.cu, prefetch_next): 40% of the L2, so what the next one reads first is
+// there when it starts and the short kernels between do not evict it.
+// LUMINAL_GEMV_PREFETCH_NEXT_MB sets it (0: off), to measure it.
+int64_t gemv_prefetch_next_bytes(int l2_bytes) {
+  static const int64_t from_env = [] {
+    const char* env = std::getenv("LUMINAL_GEMV_PREFETCH_NEXT_MB");
+    if (!env) return int64_t{-1};
+    char* end = nullptr;
+    const long mb = std::strtol(env, &end, 10);
+    LUMINAL_CHECK(end != env && *end == '\0' && mb >= 0 && mb <= 1024,
+                  "LUMINAL_GEMV_PREFETCH_NEXT_MB must be a number of MiB from 0 to 1024, got '", env, "'");
+    return int64_t{mb} << 20;
+  }();
+  return from_env >= 0 ? from_env : int64_t{l2_bytes} * 2 / 5;
+}
+
+// A GEMV launch of a resolution and the weights it reads in place (0: a packed copy).
+struct GemvLaunch {
+  std::shared_ptr<GemvArgs> single;
+  std::shared_ptr<GemvGroupArgs> group;
+  DevicePtr weight = 0;
+  int64_t weight_bytes = 0;
+};
+
+// Each GEMV launch prefetches the start of the next one's weights (capped), once all
+// launches of the resolution are known.
+void link_gemv_prefetches(std::vector<GemvLaunch>& launches, int64_t cap) {
+  if (cap <= 0) return;
+  for (size_t i = 0; i + 1 < launches.size(); ++i) {
+    GemvLaunch& next = launches[i + 1];
+    if (next.group) {  // its first member, which its first blocks read
+      const GemvGroupArgs& g = *next.group;
+      next.weight = g.w[0];
+      next.weight_bytes = int64_t{g.N[0]} * g.K * static_cast<int64_t>(dtype_bytes(g.weight_dtype.value_or(g.dtype)));
+    }
+    if (!next.weight) continue;
+    const int64_t bytes = std::min(next.weight_bytes, cap);
+    if (launches[i].single) {
+      launches[i].single->next = next.weight;
+      launches[i].single->next_bytes = bytes;
+    } else {
+      launches[i].group->next = next.weight;
+      launches[i].group->next_bytes = bytes;
+    }
+  }
+}
+
 bool runs_as_small_matmul(const Step& step, const GemmLayout& l, DType dt, const DimMap& dims) {
   if (l.n.is_constant() && l.k.is_constant()) return false;
   if (step.weight_dtype || l.a.copy || l.b.copy || !l.outer.empty() || !gemm_dtype(dt)) return false;
@@ -1397,6 +1445,7 @@ void CudaRuntime::run(size_t slot, const DimMap& dims) {
     // the launch is enqueued after resolving, so it reads the group as complete.
     std::shared_ptr<GemvGroupArgs> open_group;
     size_t open_group_op = 0;
+    std::vector<GemvLaunch> gemv_launches;  // in launch order, for link_gemv_prefetches
     for (size_t si = 0; si < p.steps.size(); ++si) {
       const Step& step = p.steps[si];
       const Node& n = g.node(step.node);
@@ -1578,17 +1627,25 @@ void CudaRuntime::run(size_t slot, const DimMap& dims) {
               gr.N[0] = a.N;
               gr.count = 1;
               open_group_op = r.ops.size();
+              gemv_launches.push_back({nullptr, open_group, 0, 0});
               r.ops.push_back({[group = open_group, a, cache, sm_count](StreamHandle st) mutable {
                                  if (group->count > 1) return launch_gemv_group(*cache, *group, st, sm_count);
                                  a.x = group->x;
                                  a.w = group->w[0];
                                  a.y = group->y[0];
+                                 a.next = group->next;
+                                 a.next_bytes = group->next_bytes;
                                  launch_gemv(*cache, a, st, sm_count);
                                },
                                false});
               break;
             }
-            r.ops.push_back({[a, op0 = op[0], op1 = op[1], out, operand_ptr, cache, sm_count](StreamHandle st) mutable {
+            auto args = std::make_shared<GemvArgs>(a);
+            const int64_t weight_bytes =
+                nn * k * static_cast<int64_t>(dtype_bytes(a.weight_dtype.value_or(dt)));
+            gemv_launches.push_back({args, nullptr, op[1].scratch < 0 ? op[1].base : 0, weight_bytes});
+            r.ops.push_back({[args, op0 = op[0], op1 = op[1], out, operand_ptr, cache, sm_count](StreamHandle st) {
+                               GemvArgs a = *args;
                                a.x = operand_ptr(op0);
                                a.w = operand_ptr(op1);
                                a.y = out;
@@ -1706,6 +1763,7 @@ void CudaRuntime::run(size_t slot, const DimMap& dims) {
       const DevicePtr dst = it->second.ptr(), src = ptr[i];
       r.ops.push_back({[dst, src, bytes](StreamHandle st) { copy_device_to_device(dst, src, bytes, st); }, false});
     }
+    link_gemv_prefetches(gemv_launches, gemv_prefetch_next_bytes(s.shared->context->info().l2_bytes));
     for (int o = 0; o < 2; ++o)
       if (rs.scratch_bytes[o]) r.scratch[o] = DeviceBuffer(rs.scratch_bytes[o]);
     r.dims = DeviceBuffer(std::max<size_t>(16, rs.dim_values.size() * sizeof(int64_t)));

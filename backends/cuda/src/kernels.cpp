@@ -175,9 +175,10 @@ void launch_gemv(ModuleCache& cache, const GemvArgs& a, StreamHandle stream, int
       gemv_source(a.dtype, capacity, config.rows_per_warp, a.act, config.unroll, a.weight_dtype), kGemvKernelName);
   const int rows_per_block = (8 / config.ksplit) * config.rows_per_warp;
   const unsigned blocks = static_cast<unsigned>((a.N + rows_per_block - 1) / rows_per_block);
-  DevicePtr x = a.x, w = a.w, bias = a.bias, residual = a.residual, y = a.y;
+  DevicePtr x = a.x, w = a.w, bias = a.bias, residual = a.residual, y = a.y, next = a.next;
   int M = a.M, N = a.N, K = a.K, ksplit = config.ksplit;
-  void* params[] = {&x, &w, &bias, &residual, &y, &M, &N, &K, &ksplit, &vectorized};
+  long long next_bytes = next % 16 == 0 ? a.next_bytes : 0;
+  void* params[] = {&x, &w, &bias, &residual, &y, &M, &N, &K, &ksplit, &vectorized, &next, &next_bytes};
   launch(fn, blocks, 1, 256, 0, stream, params);
 }
 
@@ -222,10 +223,11 @@ void launch_gemv_group(ModuleCache& cache, const GemvGroupArgs& a, StreamHandle 
   LUMINAL_CHECK(blocks <= std::numeric_limits<int32_t>::max(), "GEMV group needs ", blocks, " blocks");
   api::CUfunction fn = cache.function(
       gemv_group_source(a.dtype, capacity, config.rows_per_warp, config.unroll, a.weight_dtype), kGemvGroupKernelName);
-  DevicePtr x = a.x;
+  DevicePtr x = a.x, next = a.next;
   int M = a.M, K = a.K, ksplit = config.ksplit;
+  long long next_bytes = next % 16 == 0 ? a.next_bytes : 0;
   void* params[] = {&x, &w[0], &w[1], &w[2], &w[3], &y[0], &y[1], &y[2], &y[3], &n[0], &n[1], &n[2], &n[3],
-                    &M, &K, &ksplit, &vectorized};
+                    &M, &K, &ksplit, &vectorized, &next, &next_bytes};
   launch(fn, static_cast<unsigned>(blocks), 1, 256, 0, stream, params);
 }
 

@@ -44,6 +44,10 @@ struct GemvArgs {
   int M = 1, N = 0, K = 0;
   DevicePtr x = 0, w = 0, bias = 0, residual = 0, y = 0;
   Activation act = Activation::None;
+  // Bytes from `next` (16-byte aligned; 0: none) the blocks ask the L2 for as they finish:
+  // the weights of the GEMV that follows, streamed while the kernels between run.
+  DevicePtr next = 0;
+  int64_t next_bytes = 0;
 };
 void launch_gemv(ModuleCache& cache, const GemvArgs& args, StreamHandle stream, int sm_count, GemvConfig config = {});
 
@@ -58,6 +62,8 @@ struct GemvGroupArgs {
   DevicePtr x = 0;
   DevicePtr w[kGemvGroupMax] = {}, y[kGemvGroupMax] = {};
   int N[kGemvGroupMax] = {};
+  DevicePtr next = 0;  // as GemvArgs::next
+  int64_t next_bytes = 0;
 };
 KernelSource gemv_group_source(DType dtype, int m_max, int rows_per_warp, int unroll,
                                std::optional<DType> weight_dtype = std::nullopt);
