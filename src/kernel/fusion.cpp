@@ -211,9 +211,10 @@ std::shared_ptr<const Region> fused_region(const Node& fused) {
 namespace {
 
 // Program nodes a kernel region may hold.
-bool program_fusable(const Node& n) {
+bool program_fusable(const Node& n, const FuseOptions& o) {
   if (n.op == OpKind::BackendOp) return n.backend && n.backend->name == "Fused";
-  return fusable(n.op) || n.op == OpKind::Gather || n.op == OpKind::Constant || n.op == OpKind::Iota;
+  return fusable(n.op) || n.op == OpKind::Gather || n.op == OpKind::Constant || n.op == OpKind::Iota ||
+         (o.scatter_roots && n.op == OpKind::Scatter);
 }
 
 // Does `view` broadcast along an axis that comes before one it does not (a table of shape
@@ -251,8 +252,30 @@ bool reads_through_outer_broadcast(const Node& consumer, NodeId producer) {
 // Constant): copied into every fused region that reads it instead of being a kernel of its
 // own whose buffer the regions load. Inside, a `where`'s gather index (Iota + Bool * n) is
 // seen for what it is and lowers to a select; loaded from a buffer, it stays a gather.
-bool recomputed_leaf(const Node& n) {
-  return (n.op == OpKind::Iota || n.op == OpKind::Constant) && n.inputs.empty() && n.updates == kNoNode;
+// With FuseOptions::recompute_index_regions, an input-free Fused region of index
+// arithmetic is one too (inlined into each reader).
+bool index_region(const Node& n) {
+  if (n.op != OpKind::BackendOp || !n.backend || n.backend->name != "Fused" || !n.inputs.empty()) return false;
+  for (const Node& sn : fused_region(n)->graph.nodes())
+    switch (sn.op) {
+      case OpKind::Iota: case OpKind::Constant: case OpKind::Add: case OpKind::Mul: case OpKind::Mod:
+      case OpKind::LessThan: case OpKind::Cast: case OpKind::Output: break;
+      default: return false;
+    }
+  return true;
+}
+bool recomputed_leaf(const Node& n, const FuseOptions& o) {
+  if (n.updates != kNoNode || !n.inputs.empty()) return false;
+  return n.op == OpKind::Iota || n.op == OpKind::Constant || (o.recompute_index_regions && index_region(n));
+}
+
+// A reduction, or a Fused region holding one.
+bool has_reduction(const Node& n) {
+  if (op_category(n.op) == OpCategory::Reduce) return true;
+  if (n.op != OpKind::BackendOp || !n.backend || n.backend->name != "Fused") return false;
+  for (const Node& sn : fused_region(n)->graph.nodes())
+    if (op_category(sn.op) == OpCategory::Reduce) return true;
+  return false;
 }
 
 // Does `consumer` (a Gather, or a Fused node holding one) replicate its read of `producer`
@@ -274,7 +297,7 @@ bool reads_replicated(const Graph& program, NodeId consumer, NodeId producer) {
 // other results are read only inside it; nullopt when a member cannot be inlined.
 // Producers outside the group that are recomputed leaves are copied in, not read.
 std::optional<Region> group_region(const Graph& program, const std::vector<NodeId>& members,
-                                   std::vector<NodeId>& externals) {
+                                   std::vector<NodeId>& externals, const FuseOptions& options) {
   Region r;
   Graph& g = r.graph;
   std::unordered_map<NodeId, NodeId> inside;    // program member (or copied leaf) -> region node
@@ -282,7 +305,7 @@ std::optional<Region> group_region(const Graph& program, const std::vector<NodeI
   // Region Inputs must come first (in creation order they are the region's inputs), so
   // collect every external producer before adding any computing node.
   auto is_member = [&](NodeId id) { return std::binary_search(members.begin(), members.end(), id); };
-  auto copied = [&](NodeId id) { return !is_member(id) && recomputed_leaf(program.node(id)); };
+  auto copied = [&](NodeId id) { return !is_member(id) && recomputed_leaf(program.node(id), options); };
   auto external_input = [&](NodeId p) {
     auto it = external.find(p);
     if (it != external.end()) return it->second;
@@ -300,36 +323,30 @@ std::optional<Region> group_region(const Graph& program, const std::vector<NodeI
     for (const auto& in : program.node(m).inputs)
       if (!is_member(in.node) && !copied(in.node)) external_input(in.node);
   }
-  for (NodeId m : members) {
-    for (const auto& in : program.node(m).inputs) {
-      if (!copied(in.node) || inside.count(in.node)) continue;
-      Node copy = program.node(in.node);
-      copy.user_op.clear();
-      inside[in.node] = g.add_node(std::move(copy));
-    }
-  }
   // The producer of program edge `in`, as a region node.
   auto source = [&](NodeId p) { return is_member(p) || copied(p) ? inside.at(p) : external.at(p); };
-  for (NodeId m : members) {
+  // Adds program node `m` (a member, or a copied leaf) to the region; false when it
+  // cannot be inlined.
+  auto add = [&](NodeId m) -> bool {
     const Node& n = program.node(m);
     if (n.op != OpKind::BackendOp) {
       Node copy = n;
       copy.user_op.clear();
       for (auto& in : copy.inputs) in.node = source(in.node);
       inside[m] = g.add_node(std::move(copy));
-      continue;
+      return true;
     }
     // A Fused member: inline its region. Its inputs are read whole and contiguously.
     std::shared_ptr<const Region> sub = fused_region(n);
     const Graph& sg = sub->graph;
     std::vector<NodeId> sub_inputs = sg.inputs();
-    if (sub_inputs.size() != n.inputs.size()) return std::nullopt;
+    if (sub_inputs.size() != n.inputs.size()) return false;
     std::unordered_map<NodeId, NodeId> map;
     for (size_t k = 0; k < sub_inputs.size(); ++k) {
       const NodeInput& in = n.inputs[k];
       const Node& producer = program.node(in.node);
       if (!in.view.is_contiguous() || !(in.view.shape() == producer.shape) || !(sg.node(sub_inputs[k]).shape == producer.shape))
-        return std::nullopt;
+        return false;
       map[sub_inputs[k]] = source(in.node);
     }
     std::optional<NodeId> result;
@@ -354,9 +371,15 @@ std::optional<Region> group_region(const Graph& program, const std::vector<NodeI
       for (auto& in : copy.inputs) in.node = map.at(in.node);
       map[i] = g.add_node(std::move(copy));
     }
-    if (!result) return std::nullopt;
+    if (!result) return false;
     inside[m] = *result;
-  }
+    return true;
+  };
+  for (NodeId m : members)
+    for (const auto& in : program.node(m).inputs)
+      if (copied(in.node) && !inside.count(in.node) && !add(in.node)) return std::nullopt;
+  for (NodeId m : members)
+    if (!add(m)) return std::nullopt;
   Node out;
   out.op = OpKind::Output;
   const Node& root = g.node(inside.at(members.back()));
@@ -369,7 +392,7 @@ std::optional<Region> group_region(const Graph& program, const std::vector<NodeI
 
 }  // namespace
 
-Graph fuse_program(const Graph& program, std::vector<NodeId>& old_to_new) {
+Graph fuse_program(const Graph& program, std::vector<NodeId>& old_to_new, const FuseOptions& options) {
   const size_t n = program.size();
   std::vector<std::vector<NodeId>> consumers(n);
   for (NodeId i = 0; i < n; ++i)
@@ -380,9 +403,10 @@ Graph fuse_program(const Graph& program, std::vector<NodeId>& old_to_new) {
   std::vector<NodeId> group(n, kNoNode);
   for (NodeId i = n; i-- > 0;) {
     const Node& node = program.node(i);
-    if (!program_fusable(node)) continue;
+    if (!program_fusable(node, options)) continue;
     group[i] = i;
-    if (consumers[i].empty()) continue;
+    // A Scatter only roots a group (lower takes it as a region's result, never inside).
+    if (consumers[i].empty() || node.op == OpKind::Scatter) continue;
     NodeId g = group[consumers[i][0]];
     bool same = g != kNoNode;
     for (NodeId c : consumers[i]) same = same && group[c] == g;
@@ -394,6 +418,9 @@ Graph fuse_program(const Graph& program, std::vector<NodeId>& old_to_new) {
       const bool cheap = node.op == OpKind::Constant || node.op == OpKind::Iota;
       same = same && (cheap || (!reads_through_outer_broadcast(program.node(c), i) && !reads_replicated(program, c, i)));
     }
+    // lower refuses a reduction in a scatter's region: such a producer (Qwen 3's k norm
+    // before RoPE) keeps its own kernel rather than break up the group.
+    same = same && !(program.node(g).op == OpKind::Scatter && has_reduction(node));
     if (same) group[i] = g;
   }
   std::unordered_map<NodeId, std::vector<NodeId>> members;
@@ -401,7 +428,7 @@ Graph fuse_program(const Graph& program, std::vector<NodeId>& old_to_new) {
     if (group[i] != kNoNode) members[group[i]].push_back(i);
   // A leaf left in a group of its own (its readers are in several kernels) is copied into
   // each reader's region (group_region); it runs only if some reader is not fused.
-  auto lone_leaf = [&](NodeId p) { return recomputed_leaf(program.node(p)) && group[p] == p; };
+  auto lone_leaf = [&](NodeId p) { return recomputed_leaf(program.node(p), options) && group[p] == p; };
   // Each group of two or more nodes (copied leaves count) becomes one Fused node when it
   // lowers to one kernel.
   std::unordered_map<NodeId, std::pair<Region, std::vector<NodeId>>> fused;  // root -> region, externals
@@ -412,7 +439,7 @@ Graph fuse_program(const Graph& program, std::vector<NodeId>& old_to_new) {
       for (const auto& in : program.node(m).inputs) reads_leaf = reads_leaf || lone_leaf(in.node);
     if (list.size() < 2 && !reads_leaf) continue;
     std::vector<NodeId> externals;
-    std::optional<Region> r = group_region(program, list, externals);
+    std::optional<Region> r = group_region(program, list, externals, options);
     if (!r || !lower(*r)) {
       for (NodeId m : list) group[m] = m;  // keep the program's own nodes
       continue;

@@ -10,11 +10,12 @@
 
 namespace luminal::kernel {
 
-RunnableProgram runnable_program(const Graph& program, const std::vector<NodeId>& external_ids) {
+RunnableProgram runnable_program(const Graph& program, const std::vector<NodeId>& external_ids,
+                                 const FuseOptions& fusion) {
   LUMINAL_ASSERT(external_ids.size() == program.size(), "external id table size");
   RunnableProgram r;
   std::vector<NodeId> renumbered;
-  r.graph = fuse_program(program, renumbered);
+  r.graph = fuse_program(program, renumbered, fusion);
   r.external_ids.assign(r.graph.size(), kNoNode);
   for (NodeId i = 0; i < program.size(); ++i)
     if (renumbered[i] != kNoNode) r.external_ids[renumbered[i]] = external_ids[i];

@@ -664,6 +664,64 @@ TEST(KernelFused, GathersThatReplicateAComputedOperandLeaveItMaterialised) {
   }
 }
 
+// A KV-cache append (two caches sharing one index, the k rows computed as RoPE computes
+// them): by default the scatters run alone and their index and row producers as kernels
+// of their own. With FuseOptions (the CUDA runtime's), each scatter's kernel computes its
+// rows, and the index region (index arithmetic, no inputs, read by both) is copied into
+// both: two kernels in all, each lowering to a scatter.
+TEST(KernelFused, ScattersComputeTheirRowsAndIndexesWhenAsked) {
+  const Expression p = Expression::var("p"), s = Expression::var("s");
+  Graph cx;
+  auto k_cache = cx.named_tensor("k_cache", {16, 2, 4}).persist();
+  auto v_cache = cx.named_tensor("v_cache", {16, 2, 4}).persist();
+  auto k = cx.named_tensor("k", {s, 2, 4}), v = cx.named_tensor("v", {s, 2, 4});
+  auto index = cx.iota(p + Expression::index() / 8, {s, 2, 4}, DType::I32) + cx.iota(Expression(0), {s, 2, 4}, DType::I32);
+  auto k_next = k_cache.scatter(0, index, k * 1.5 - 0.25), v_next = v_cache.scatter(0, index, v);
+  cx.update(k_cache, k_next);
+  cx.update(v_cache, v_next);
+  // What the e-graph hands over: the index as one Fused region with no inputs.
+  std::vector<NodeId> first_map;
+  const Graph extracted = fuse_program(cx, first_map);
+  auto count = [](const Graph& g, auto&& pred) { return std::count_if(g.nodes().begin(), g.nodes().end(), pred); };
+  auto scatter_kernel = [](const Node& n) {
+    if (n.op != OpKind::BackendOp) return false;
+    const Graph& sg = fused_region(n)->graph;
+    return std::any_of(sg.nodes().begin(), sg.nodes().end(), [](const Node& m) { return m.op == OpKind::Scatter; });
+  };
+  ASSERT_EQ(count(extracted, [](const Node& n) { return n.op == OpKind::Scatter; }), 2);
+  ASSERT_EQ(count(extracted, [](const Node& n) { return n.op == OpKind::BackendOp && n.inputs.empty(); }), 1)
+      << "the index should be one input-free region";
+
+  std::vector<NodeId> map;
+  FuseOptions options;
+  options.scatter_roots = true;
+  options.recompute_index_regions = true;
+  const Graph fused = fuse_program(extracted, map, options);
+  EXPECT_EQ(count(fused, [](const Node& n) { return n.op == OpKind::Scatter; }), 0);
+  EXPECT_EQ(count(fused, [](const Node& n) { return n.op == OpKind::BackendOp; }), 2);
+  EXPECT_EQ(count(fused, scatter_kernel), 2);
+  for (const Node& n : fused.nodes()) {
+    if (n.op != OpKind::BackendOp) continue;
+    auto lowered = lower(*fused_region(n));
+    ASSERT_TRUE(lowered) << "a scatter region does not lower";
+    EXPECT_EQ(lowered->phases.size(), 2u) << "copy, then write";
+    EXPECT_GE(lowered->phases.front().copies_input, 0) << "the copy phase must read the cache whole (in place)";
+  }
+  // A reduction feeding the rows (Qwen 3's k norm) stays a kernel of its own.
+  Graph normed;
+  auto cache = normed.named_tensor("cache", {16, 4}).persist();
+  auto rows = normed.named_tensor("rows", {s, 4});
+  auto at = normed.iota(p + Expression::index() / 4, {s, 4}, DType::I32);
+  normed.update(cache, cache.scatter(0, at, rows.rms_norm(1, std::nullopt, 1e-5)));
+  std::vector<NodeId> normed_map;
+  const Graph kept = fuse_program(normed, normed_map, options);
+  EXPECT_EQ(count(kept, scatter_kernel), 1);
+  for (const Node& n : kept.nodes())
+    if (n.op == OpKind::BackendOp) {
+      EXPECT_TRUE(lower(*fused_region(n))) << "every kernel lowers";
+    }
+}
+
 TEST(KernelFused, FuseBuildsRegionsStepByStep) {
   auto node = [](OpKind op, Shape shape, int axis = -1) {
     Node n;

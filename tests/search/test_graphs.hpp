@@ -82,13 +82,16 @@ struct CacheAppendGraph {
   std::vector<GraphTensor> outputs;
   GraphTensor update;  // the cache's update Output (readable after a run: the new cache)
 };
-inline CacheAppendGraph build_cache_append(Graph& cx, int64_t max_seq, int64_t heads, int64_t dim, bool second_reader) {
+// computed_rows: the rows written are computed (rows * 1.5 - 0.25, as RoPE computes k),
+// so a runtime may fuse their producer into the scatter.
+inline CacheAppendGraph build_cache_append(Graph& cx, int64_t max_seq, int64_t heads, int64_t dim, bool second_reader,
+                                           bool computed_rows = false) {
   const Expression p = Expression::var("p"), s = Expression::var("s");
   CacheAppendGraph c;
   c.cache = cx.named_tensor("cache", {max_seq, heads, dim}).persist();
   c.rows = cx.named_tensor("rows", {s, heads, dim});
   GraphTensor index = cx.iota(p + Expression::index() / (heads * dim), {s, heads, dim}, DType::I32);
-  GraphTensor next = c.cache.scatter(0, index, c.rows);
+  GraphTensor next = c.cache.scatter(0, index, computed_rows ? c.rows * 1.5 - 0.25 : c.rows);
   c.update = cx.update(c.cache, next);
   c.outputs = {(next.slice(0, Expression(0), p + s) * 3.0 - 1.0).sum({0}).output()};
   if (second_reader) c.outputs.push_back(c.cache.slice(0, 0, 4).sum({1}).output());

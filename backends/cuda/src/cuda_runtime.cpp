@@ -879,6 +879,21 @@ void find_output_producers(ProgramPlan& p) {
   }
 }
 
+// A KV-cache append's scatter computes its rows (RoPE of k) and indexes itself, spread
+// over blocks; index-only regions (those indexes, a causal mask) are recomputed in their
+// readers. Two kernels fewer per layer of a decode step. LUMINAL_CUDA_SCATTER_FUSION=0
+// turns both off, to measure them.
+kernel::FuseOptions cuda_fuse_options() {
+  static const bool on = [] {
+    const char* env = std::getenv("LUMINAL_CUDA_SCATTER_FUSION");
+    return !(env && std::string_view(env) == "0");
+  }();
+  kernel::FuseOptions o;
+  o.scatter_roots = on;
+  o.recompute_index_regions = on;
+  return o;
+}
+
 }  // namespace
 
 void CudaRuntime::load_program(size_t slot, const luminal::Graph& program, std::vector<NodeId> external_ids) {
@@ -886,7 +901,7 @@ void CudaRuntime::load_program(size_t slot, const luminal::Graph& program, std::
   s.shared->context->make_current();
   if (s.slots.size() <= slot) s.slots.resize(slot + 1);
   ProgramPlan p;
-  kernel::RunnableProgram runnable = kernel::runnable_program(program, external_ids);
+  kernel::RunnableProgram runnable = kernel::runnable_program(program, external_ids, cuda_fuse_options());
   adjoin_sibling_gemvs(runnable);
   p.graph = std::move(runnable.graph);
   p.external_ids = std::move(runnable.external_ids);

@@ -953,12 +953,15 @@ TEST(CudaRuntime, StateUpdatesStayOnTheDevice) {
 // in place: no cache-sized buffer in the arena, and step after step the cache and the
 // reads of it match the reference. With a second reader of the old cache the update is
 // not in place, and still right.
+// computed_rows: the rows' producer (an elementwise region, as RoPE of k) and the
+// indexes run inside the scatter's kernel (FuseOptions::scatter_roots), in place too.
 TEST(CudaRuntime, CacheAppendRunsInPlace) {
   LUMINAL_REQUIRE_GPU();
-  for (bool second_reader : {false, true}) {
+  for (auto [second_reader, computed_rows] : {std::pair{false, false}, {true, false}, {false, true}}) {
     const int64_t max_seq = 64, heads = 3, dim = 5;
     luminal::Graph cx;
-    auto [cache, rows, outs, update] = luminal::testing::build_cache_append(cx, max_seq, heads, dim, second_reader);
+    auto [cache, rows, outs, update] =
+        luminal::testing::build_cache_append(cx, max_seq, heads, dim, second_reader, computed_rows);
     auto gpu = cx.compile(cuda::CudaRuntime{}, CompileOptions().search_graph_limit(4).trials(1));
     auto ref = cx.compile(ReferenceRuntime{}, CompileOptions().search_graph_limit(1));
     HostTensor start = varied(DType::F32, static_cast<size_t>(max_seq * heads * dim), 7, false);
@@ -974,13 +977,17 @@ TEST(CudaRuntime, CacheAppendRunsInPlace) {
       ref.set_data(rows, r);
       gpu.execute(dims);
       ref.execute(dims);
-      const std::string what = "second reader " + std::to_string(second_reader) + ", position " + std::to_string(pos);
+      const std::string what = "second reader " + std::to_string(second_reader) + ", computed rows " +
+                               std::to_string(computed_rows) + ", position " + std::to_string(pos);
       expect_outputs_match(gpu, ref, outs, what, 1e-5);
       auto cached = gpu.get(cache).to_f64(), want = ref.get(cache).to_f64(), appended = r.to_f64();
       ASSERT_EQ(cached.size(), want.size());
       for (size_t k = 0; k < cached.size(); ++k) ASSERT_TRUE(same_value(cached[k], want[k], 0)) << what << ", element " << k;
-      for (size_t k = 0; k < appended.size(); ++k)
-        ASSERT_TRUE(same_value(cached[static_cast<size_t>(pos * heads * dim) + k], appended[k], 0)) << what << ", row element " << k;
+      for (size_t k = 0; k < appended.size(); ++k) {
+        const double row = computed_rows ? static_cast<double>(static_cast<float>(static_cast<float>(appended[k] * 1.5) - 0.25f))
+                                         : appended[k];
+        ASSERT_TRUE(same_value(cached[static_cast<size_t>(pos * heads * dim) + k], row, 0)) << what << ", row element " << k;
+      }
       // The update Output reads as the new cache; run in place, it is the cache's own
       // buffer (no copy of the whole cache per run).
       auto updated = gpu.get(update).to_f64();

@@ -38,6 +38,19 @@ std::shared_ptr<const Region> fused_region(const Node& fused);
 // or Constant read by several kernels is copied into each (it is recomputed from the loop
 // indexes, never loaded), and runs on its own only for a reader that stays unfused.
 // `old_to_new[i]` is the new id of program node i (kNoNode when it was absorbed).
-Graph fuse_program(const Graph& program, std::vector<NodeId>& old_to_new);
+struct FuseOptions {
+  // A Scatter roots a group: the producers of its rows (a KV-cache append's RoPE) and of
+  // its indexes compute inside the scatter kernel, whose rows are written where they
+  // belong. For a runtime that spreads an in-place scatter over many blocks (CUDA); the
+  // CPU runs a scatter as one outer iteration, where a fused producer would run serially.
+  bool scatter_roots = false;
+  // A Fused region with no inputs made of index arithmetic alone (Iota, Constant, Add,
+  // Mul, Mod, LessThan, Cast: a scatter's indexes, a causal mask) is copied into each
+  // reader as an Iota is, instead of running as its own kernel. Regions with a
+  // transcendental (RoPE's sin tables) stay materialised: recomputing them per element
+  // of every reader costs more than reading them.
+  bool recompute_index_regions = false;
+};
+Graph fuse_program(const Graph& program, std::vector<NodeId>& old_to_new, const FuseOptions& options = {});
 
 }  // namespace luminal::kernel

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "luminal/graph.hpp"
+#include "luminal/kernel/fusion.hpp"
 
 namespace luminal::kernel {
 
@@ -24,7 +25,8 @@ struct RunnableProgram {
   std::vector<std::string> dim_names;             // sorted
   std::unordered_map<NodeId, NodeId> program_of;  // external id -> node of `graph`
 };
-RunnableProgram runnable_program(const Graph& program, const std::vector<NodeId>& external_ids);
+RunnableProgram runnable_program(const Graph& program, const std::vector<NodeId>& external_ids,
+                                 const FuseOptions& fusion = {});
 
 struct Kernel;
 
