@@ -1,3 +1,4 @@
+#include "luminal/atomic_file.hpp"
 #include "luminal/kernel/fusion.hpp"
 
 #include <algorithm>
@@ -156,9 +157,7 @@ std::string fusion_rule_file(std::string_view ruleset) {
     auto dir = std::filesystem::temp_directory_path() / "luminal";
     std::filesystem::create_directories(dir);
     path = (dir / ("fusion-" + std::to_string(std::hash<std::string>{}(text)) + ".egg")).string();
-    std::string tmp = path + ".tmp" + std::to_string(reinterpret_cast<uintptr_t>(&text));
-    std::ofstream(tmp) << text;
-    std::filesystem::rename(tmp, path);
+    LUMINAL_CHECK(write_file_atomically(path, text), "cannot write the fusion rules to ", path);
   }
   return path;
 }

@@ -1,3 +1,4 @@
+#include "luminal/atomic_file.hpp"
 #include "luminal/kernel/kernel_cache.hpp"
 
 #include <algorithm>
@@ -51,17 +52,8 @@ std::shared_ptr<CppKernelCache::Compiled> CppKernelCache::from_index(const std::
 }
 
 void CppKernelCache::write_index(const std::string& region, const std::string& lib_key) {
-  auto path = index_path(compiler_, region);
-  auto tmp = path;
-  tmp += ".tmp." + std::to_string(::getpid());
-  {
-    std::ofstream f(tmp);
-    f << lib_key << '\n' << entry_name(region) << '\n';
-    if (!f) return;  // best effort: a miss only costs a compile
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) std::filesystem::remove(tmp, ec);
+  // Best effort: a miss only costs a compile.
+  write_file_atomically(index_path(compiler_, region), lib_key + '\n' + entry_name(region) + '\n');
 }
 
 void CppKernelCache::compile(const std::vector<std::string>& wanted) {

@@ -1,3 +1,4 @@
+#include "luminal/atomic_file.hpp"
 #include "luminal/program_cache.hpp"
 
 #include <dlfcn.h>
@@ -314,23 +315,7 @@ void ProgramCache::store(const std::string& key, const search::SegmentProgram& p
   for (NodeId id : program.io_of) io.u32(id);
   bytes += io.take();
 
-  std::error_code ec;
-  std::filesystem::create_directories(dir_, ec);
-  if (ec) return;
-  // Written under a unique name, then renamed: readers never see half a file.
-  auto tmp = dir_ / (key + ".tmp." + std::to_string(::getpid()));
-  {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    if (!f) return;
-    f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-    if (!f) {
-      f.close();
-      std::filesystem::remove(tmp, ec);
-      return;
-    }
-  }
-  std::filesystem::rename(tmp, dir_ / (key + ".prog"), ec);
-  if (ec) std::filesystem::remove(tmp, ec);
+  write_file_atomically(dir_ / (key + ".prog"), bytes);  // best effort: a miss only costs a search
 }
 
 const std::string& build_identity() {

@@ -11,6 +11,7 @@
 #include <thread>
 #include <unistd.h>
 
+#include "luminal/atomic_file.hpp"
 #include "luminal/error.hpp"
 
 namespace luminal::cuda {
@@ -147,18 +148,7 @@ std::shared_ptr<const std::string> ModuleCache::read_cubin(const std::string& ke
 
 void ModuleCache::write_file(const std::string& name, const std::string& contents) const {
   if (disk_dir_.empty()) return;
-  // Write to a unique temporary name and rename: concurrent processes never see a
-  // half-written file. A cache that cannot be written is not an error.
-  std::error_code ec;
-  fs::create_directories(disk_dir_, ec);
-  const fs::path tmp = disk_dir_ / (name + ".tmp." + std::to_string(::getpid()) + "." +
-                                    std::to_string(std::hash<std::thread::id>{}(std::this_thread::get_id())));
-  {
-    std::ofstream out(tmp, std::ios::binary);
-    out << contents;
-  }
-  fs::rename(tmp, disk_dir_ / name, ec);
-  if (ec) fs::remove(tmp, ec);
+  write_file_atomically(disk_dir_ / name, contents);  // a cache that cannot be written is not an error
 }
 
 std::shared_ptr<const std::string> ModuleCache::cubin(const KernelSource& source) {
