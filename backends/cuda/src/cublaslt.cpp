@@ -271,8 +271,7 @@ int CublasLt::fastest(const Plan& plan, const api::cublasLtMatmulHeuristicResult
   return std::max(best, 0);  // none ran: the heuristic's first, whose error the real call reports
 }
 
-void CublasLt::enqueue(const Plan& plan, DevicePtr a, DevicePtr b, DevicePtr d, DevicePtr bias, StreamHandle stream,
-                       DevicePtr c) {
+void CublasLt::enqueue(const Plan& plan, DevicePtr a, DevicePtr b, DevicePtr d, DevicePtr bias, StreamHandle stream) {
   LUMINAL_CHECK(a && b && d, "cuBLASLt matmul needs A, B and D device pointers");
   LUMINAL_CHECK(plan.spec.bias == (bias != 0), "cuBLASLt matmul ", plan.spec.key(),
                 plan.spec.bias ? " needs a bias pointer" : " was prepared without a bias");
@@ -284,9 +283,8 @@ void CublasLt::enqueue(const Plan& plan, DevicePtr a, DevicePtr b, DevicePtr d, 
   const void* first = reinterpret_cast<const void*>(static_cast<uintptr_t>(plan.swapped ? b : a));
   const void* second = reinterpret_cast<const void*>(static_cast<uintptr_t>(plan.swapped ? a : b));
   void* out = reinterpret_cast<void*>(static_cast<uintptr_t>(d));
-  const void* addend = c ? reinterpret_cast<const void*>(static_cast<uintptr_t>(c)) : out;
   LUMINAL_CUBLASLT(cublasLtMatmul, handle_, plan.desc, &plan.spec.alpha, first, plan.a, second, plan.b,
-                   &plan.spec.beta, addend, plan.d, out, plan.d, &plan.algo,
+                   &plan.spec.beta, out, plan.d, out, plan.d, &plan.algo,
                    reinterpret_cast<void*>(static_cast<uintptr_t>(workspace_.ptr())), plan.workspace, stream);
 }
 

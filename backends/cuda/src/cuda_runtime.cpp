@@ -30,7 +30,12 @@ namespace luminal::cuda {
 // ---- rules, usable without a GPU ----
 
 std::vector<std::string> runtime_rule_files() {
-  return {std::string(LUMINAL_CUDA_SOURCE_DIR) + "/rules/cuda.egg", kernel::fusion_rule_file()};
+  const std::string dir = std::string(LUMINAL_CUDA_SOURCE_DIR) + "/rules/";
+  std::vector<std::string> files{dir + "cuda.egg"};
+  const char* residual = std::getenv("LUMINAL_CUDA_RESIDUAL_EPILOGUE");
+  if (!(residual && std::string_view(residual) == "0")) files.push_back(dir + "cuda_residual.egg");
+  files.push_back(kernel::fusion_rule_file());
+  return files;
 }
 
 std::vector<RuleStage> runtime_rule_stages(const Runtime& base, const CompileOptions& o) {
@@ -1682,13 +1687,19 @@ void CudaRuntime::run(size_t slot, const DimMap& dims) {
             spec.d.order = Order::RowMajor;
             spec.d.ld = nn;
             spec.d.batch_stride = batch > 1 ? m * nn : 0;
-            if (residual) spec.beta = 1.0f;  // D = A B + C, C the residual laid out as D
+            // D = A B + D, D first a copy of the residual. Not C = the residual: on an H100,
+            // cuBLASLt's BF16 product of 40 x 72 x 40 with C != D (an algorithm the autotune
+            // had timed with C == D) wrote zeros (docs/LESSONS.md).
+            if (residual) spec.beta = 1.0f;
             std::string why;
             LUMINAL_CHECK(cublaslt_supports(spec, &why), "cuda: cuBLASLt cannot run ", what, ": ", why);
             CublasLt& lt = s.shared->cublaslt();
             const CublasLt::Plan* plan = &lt.prepare(spec);  // outside capture: the heuristic runs once
-            r.ops.push_back({[plan, &lt, op0 = op[0], op1 = op[1], out, residual, operand_ptr](StreamHandle st) {
-                               lt.enqueue(*plan, operand_ptr(op0), operand_ptr(op1), out, 0, st, residual);
+            const size_t out_bytes = static_cast<size_t>(m * nn * batch * esize);
+            r.ops.push_back({[plan, &lt, op0 = op[0], op1 = op[1], out, residual, out_bytes, operand_ptr](StreamHandle st) {
+                               if (residual && residual != out)
+                                 LUMINAL_CU(cuMemcpyDtoDAsync, out, residual, out_bytes, st);
+                               lt.enqueue(*plan, operand_ptr(op0), operand_ptr(op1), out, 0, st);
                              },
                              false});
           }

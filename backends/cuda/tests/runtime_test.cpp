@@ -319,7 +319,7 @@ TEST(CudaRuntime, MatmulThroughBothImplementations) {
 }
 
 // A residual added to a linear layer's result (`h + o_proj(a)`) is added in the matmul's
-// epilogue (rules/cuda.egg, cuda-matmul-residual): the GEMV's, or cuBLASLt's C with beta 1.
+// epilogue (rules/cuda_residual.egg): the GEMV adds it, cuBLASLt reads it as D with beta 1.
 // Both operand orders of the Add, 1 and 3 rows (the GEMV), 40 (the GEMV op falls back to
 // cuBLASLt), two lengths of a symbolic row count (the resolution and the replay), against
 // the reference; and the residual is the matmul's only other input, so a result that

@@ -54,10 +54,8 @@ class CublasLt {
   struct Plan;
   // Descriptors and algorithm for a spec, built on first use and cached.
   const Plan& prepare(const MatmulSpec& spec);
-  // Enqueue a prepared plan on `stream`. `bias` must be set iff the spec has a bias. `c`,
-  // laid out as D, is what beta scales (D = alpha A B + beta C); 0 means D itself.
-  void enqueue(const Plan& plan, DevicePtr a, DevicePtr b, DevicePtr d, DevicePtr bias, StreamHandle stream,
-               DevicePtr c = 0);
+  // Enqueue a prepared plan on `stream`. `bias` must be set iff the spec has a bias.
+  void enqueue(const Plan& plan, DevicePtr a, DevicePtr b, DevicePtr d, DevicePtr bias, StreamHandle stream);
   void matmul(const MatmulSpec& spec, DevicePtr a, DevicePtr b, DevicePtr d, DevicePtr bias, StreamHandle stream) {
     enqueue(prepare(spec), a, b, d, bias, stream);
   }
