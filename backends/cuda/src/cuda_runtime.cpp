@@ -32,8 +32,10 @@ namespace luminal::cuda {
 std::vector<std::string> runtime_rule_files() {
   const std::string dir = std::string(LUMINAL_CUDA_SOURCE_DIR) + "/rules/";
   std::vector<std::string> files{dir + "cuda.egg"};
+  // Residual epilogues are opt-in (LUMINAL_CUDA_RESIDUAL_EPILOGUE=1) until a GPU run has
+  // measured them on the models (docs/CUDA_BACKEND.md, session 21).
   const char* residual = std::getenv("LUMINAL_CUDA_RESIDUAL_EPILOGUE");
-  if (!(residual && std::string_view(residual) == "0")) files.push_back(dir + "cuda_residual.egg");
+  if (residual && std::string_view(residual) == "1") files.push_back(dir + "cuda_residual.egg");
   files.push_back(kernel::fusion_rule_file());
   return files;
 }

@@ -326,6 +326,10 @@ TEST(CudaRuntime, MatmulThroughBothImplementations) {
 // ignored it, or added it twice, would fail.
 TEST(CudaRuntime, AResidualIsAddedInTheMatmulsEpilogue) {
   LUMINAL_REQUIRE_GPU();
+  ::setenv("LUMINAL_CUDA_RESIDUAL_EPILOGUE", "1", 1);  // opt-in (runtime_rule_files), for this test only
+  struct Unset {
+    ~Unset() { ::unsetenv("LUMINAL_CUDA_RESIDUAL_EPILOGUE"); }
+  } unset;
   const bool emulated = fake_device();
   for (DType dt : {DType::F32, DType::BF16})
     for (bool residual_first : {true, false}) {
