@@ -296,6 +296,106 @@ extern "C" void lm_probe(const unsigned* bits, unsigned* exact, unsigned* fast, 
   batch.run(test_compiler());
 }
 
+// A softmax's max pass keeps the row's minimum too; when the sum's exp2 arguments at the
+// row's extremes lie in (-126, 126), its groups take lm_exp2f_in_range (no range checks).
+// Rows on both sides of that bound, masked, NaN, infinite or with signed zeros, match the
+// reference; lm_exp2f_in_range has lm_exp2f's bits on the whole range it is used on.
+TEST(KernelFused, SoftmaxSumsCheckTheirExponentsRangeOncePerRow) {
+  Graph probe_graph;
+  (probe_graph.tensor({kSeq}) * 2.0).output();
+  auto probe_kernel = lower(Region{probe_graph});
+  ASSERT_TRUE(probe_kernel);
+  const std::string probe = emit_cpp(*probe_kernel, "k") + R"(
+extern "C" void lm_probe(const unsigned* bits, unsigned* exact, unsigned* fast, long long n) {
+  for (long long i = 0; i < n; ++i) {
+    exact[i] = lm_f2u_(lm_exp2f(lm_u2f_(bits[i])));
+    fast[i] = lm_f2u_(lm_exp2f_in_range(lm_u2f_(bits[i])));
+  }
+})";
+  auto lib = test_compiler().compile(probe);
+  auto* fn = lib->function<void(const unsigned*, unsigned*, unsigned*, long long)>("lm_probe");
+  std::vector<unsigned> bits;
+  for (uint64_t b = 0; b < (uint64_t{1} << 32); b += 4099) {
+    const float x = std::bit_cast<float>(static_cast<uint32_t>(b));
+    if (std::fabs(x) < 126.0f || std::isnan(x)) bits.push_back(static_cast<unsigned>(b));
+  }
+  for (float edge : {0.0f, 125.99f, 1e-30f})
+    for (float sign : {1.0f, -1.0f}) {
+      const auto at = std::bit_cast<uint32_t>(edge * sign);
+      for (uint32_t d = 0; d < (1u << 16); ++d) {
+        const float x = std::bit_cast<float>(at - (1u << 15) + d);
+        if (std::fabs(x) < 126.0f) bits.push_back(at - (1u << 15) + d);
+      }
+    }
+  std::vector<unsigned> exact(bits.size()), fast(bits.size());
+  fn(bits.data(), exact.data(), fast.data(), static_cast<long long>(bits.size()));
+  for (size_t i = 0; i < bits.size(); ++i) {
+    const float x = std::bit_cast<float>(bits[i]);
+    if (std::isnan(x)) ASSERT_TRUE(std::isnan(std::bit_cast<float>(fast[i]))) << std::hex << bits[i];
+    else ASSERT_EQ(fast[i], exact[i]) << "x = " << x << " (0x" << std::hex << bits[i] << ")";
+  }
+
+  auto source_of = [](const Graph& g) {
+    auto k = lower(Region{g});
+    EXPECT_TRUE(k);
+    if (!k) return std::string();
+    const std::string src = emit_cpp(*k, "k");
+    return src.substr(src.find("extern \"C\" void k("));
+  };
+  auto checks_range_once = [](const std::string& src) {
+    return src.find("lm_exp2f_in_range(") != std::string::npos && src.find("lm_exp2f_or_nan(") != std::string::npos &&
+           src.find("_lo = ") != std::string::npos;
+  };
+  const Expression cols = Expression::var("cols");
+  const std::vector<DimMap> dims = {{{"cols", 64}}, {{"cols", 131}}, {{"cols", 300}}};
+  // Row kinds (row % 8): spread 0..10 (in range); max - min just inside and just outside
+  // 126 / log2 e (87.34); a masked score (-1e9); NaN; +inf; -inf; signed zeros and
+  // subnormals only.
+  auto rows = [](size_t, DType dt, size_t n, std::mt19937& rng) {
+    HostTensor t = random_tensor(dt, n, rng, false, false);
+    const double inf = std::numeric_limits<double>::infinity();
+    std::uniform_real_distribution<double> u(-10.0, 0.0);
+    for (size_t i = 0; i < n; ++i) {
+      const size_t row = i / 29, col = i % 29;  // rows and columns cross with any cols value
+      double v = u(rng);
+      switch (row % 8) {
+        case 1: v = col == 0 ? 0.0 : (col == 1 ? -87.3 : v); break;
+        case 2: v = col == 0 ? 0.0 : (col == 1 ? -87.4 : v); break;
+        case 3: v = col == 2 ? -1e9 : v; break;
+        case 4: v = col == 5 ? std::nan("") : v; break;
+        case 5: v = col == 7 ? inf : v; break;
+        case 6: v = col == 7 ? -inf : v; break;
+        case 7: v = col % 3 == 0 ? -0.0 : (col % 3 == 1 ? 0.0 : 1e-40); break;
+        default: break;
+      }
+      t.set_f64(i, v);
+    }
+    return t;
+  };
+  Batch batch;
+  for (DType dt : {DType::F32, DType::BF16, DType::F16}) {
+    Graph cx;
+    cx.tensor({16, cols}, dt).softmax(1).output();
+    EXPECT_TRUE(checks_range_once(source_of(cx))) << dtype_name(dt);
+    batch.add("softmax in " + std::string(dtype_name(dt)), Region{cx}, dims, rows);
+  }
+  {
+    Graph cx;  // the same elements scaled by a negative factor: bounds from either end
+    auto x = cx.tensor({16, cols});
+    ((x * -0.5).exp2().sum({1}) + x.max({1})).output();
+    batch.add("sum of exp2(-x / 2) beside max(x)", Region{cx}, dims, rows);
+  }
+  {
+    Graph cx;  // x * x is not monotone in x: the checked exp2
+    auto x = cx.tensor({16, cols});
+    auto d = x - x.max({1}, true);
+    (d * d).exp2().sum({1}).output();
+    EXPECT_FALSE(checks_range_once(source_of(cx)));
+    batch.add("sum of exp2((x - max)^2)", Region{cx}, dims, rows);
+  }
+  batch.run(test_compiler());
+}
+
 // -ffp-contract=off, except for Horner steps with constant coefficients: p*x + c with c a
 // constant and p a constant or another such step is one fused multiply-add. Nothing else
 // fuses, and special values come out as the reference computes them.
