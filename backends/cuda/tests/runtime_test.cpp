@@ -957,8 +957,9 @@ TEST(CudaRuntime, StateUpdatesStayOnTheDevice) {
 // in place: no cache-sized buffer in the arena, and step after step the cache and the
 // reads of it match the reference. With a second reader of the old cache the update is
 // not in place, and still right.
-// computed_rows: the rows' producer (an elementwise region, as RoPE of k) and the
-// indexes run inside the scatter's kernel (FuseOptions::scatter_roots), in place too.
+// computed_rows: the rows are computed (an elementwise region, as RoPE of k); with
+// LUMINAL_CUDA_SCATTER_FUSION=1 (FuseOptions::scatter_roots, opt-in) inside the scatter's
+// kernel, in place too.
 TEST(CudaRuntime, CacheAppendRunsInPlace) {
   LUMINAL_REQUIRE_GPU();
   for (auto [second_reader, computed_rows] : {std::pair{false, false}, {true, false}, {false, true}}) {
