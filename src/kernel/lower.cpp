@@ -75,7 +75,11 @@ class Lowerer {
     std::vector<Phase> phases(2);
     for (int which = 0; which < 2; ++which) {
       blocks_.clear();
-      open_block(std::string(kRowVar), rows_);
+      // The row variable runs over each phase's own elements (dest's, then src's): its
+      // block's extent is the range index simplification assumes. The region's 1 x 1 split
+      // let a fused producer's views fold as if every element were the first (a RoPE's
+      // concat read only its first half: docs/LESSONS.md).
+      open_block(std::string(kRowVar), which == 0 ? product(n.shape) : product(n.inputs[1].view.shape()));
       open_block(std::string(kColVar), cols_);
       Stmt st;
       st.kind = StmtKind::Store;

@@ -82,8 +82,8 @@ struct CacheAppendGraph {
   std::vector<GraphTensor> outputs;
   GraphTensor update;  // the cache's update Output (readable after a run: the new cache)
 };
-// computed_rows: the rows written are computed (rows * 1.5 - 0.25, as RoPE computes k),
-// so a runtime may fuse their producer into the scatter.
+// computed_rows: the rows written are computed (RoPE of the rows for an even dim, else
+// rows * 1.5 - 0.25), so a runtime may fuse their producer into the scatter.
 inline CacheAppendGraph build_cache_append(Graph& cx, int64_t max_seq, int64_t heads, int64_t dim, bool second_reader,
                                            bool computed_rows = false) {
   const Expression p = Expression::var("p"), s = Expression::var("s");
@@ -91,7 +91,20 @@ inline CacheAppendGraph build_cache_append(Graph& cx, int64_t max_seq, int64_t h
   c.cache = cx.named_tensor("cache", {max_seq, heads, dim}).persist();
   c.rows = cx.named_tensor("rows", {s, heads, dim});
   GraphTensor index = cx.iota(p + Expression::index() / (heads * dim), {s, heads, dim}, DType::I32);
-  GraphTensor next = c.cache.scatter(0, index, computed_rows ? c.rows * 1.5 - 0.25 : c.rows);
+  GraphTensor written = c.rows;
+  if (computed_rows && dim % 2 != 0) {
+    written = c.rows * 1.5 - 0.25;
+  } else if (computed_rows) {
+    // RoPE's shape: the two halves of each row rotated by tables of the position,
+    // broadcast over the heads, and joined again.
+    const int64_t half = dim / 2;
+    GraphTensor angle = cx.iota(p + Expression::index() / half, {s, 1, half}, DType::I32).cast(DType::F32) * 0.37;
+    GraphTensor cos = angle.cos().expand({s, heads, half}), sin = angle.sin().expand({s, heads, half});
+    GraphTensor x1 = c.rows.slice(2, 0, half), x2 = c.rows.slice(2, half, dim);
+    GraphTensor rotated = GraphTensor::concat({x1 * cos - x2 * sin, x2 * cos + x1 * sin}, 2);
+    written = rotated;
+  }
+  GraphTensor next = c.cache.scatter(0, index, written);
   c.update = cx.update(c.cache, next);
   c.outputs = {(next.slice(0, Expression(0), p + s) * 3.0 - 1.0).sum({0}).output()};
   if (second_reader) c.outputs.push_back(c.cache.slice(0, 0, 4).sum({1}).output());

@@ -891,10 +891,8 @@ void find_output_producers(ProgramPlan& p) {
 // readers. Two kernels fewer per layer of a decode step. LUMINAL_CUDA_SCATTER_FUSION=0
 // turns both off, to measure them.
 kernel::FuseOptions cuda_fuse_options() {
-  static const std::string mode = [] {
-    const char* env = std::getenv("LUMINAL_CUDA_SCATTER_FUSION");
-    return std::string(env ? env : "0");
-  }();
+  const char* env = std::getenv("LUMINAL_CUDA_SCATTER_FUSION");
+  const std::string mode = env ? env : "0";
   kernel::FuseOptions o;
   o.scatter_roots = mode == "1" || mode == "scatter";
   o.recompute_index_regions = mode == "1" || mode == "index";

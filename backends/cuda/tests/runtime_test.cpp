@@ -999,9 +999,50 @@ TEST(CudaRuntime, CacheAppendRunsInPlace) {
       ASSERT_EQ(updated.size(), want.size());
       for (size_t k = 0; k < updated.size(); ++k) ASSERT_TRUE(same_value(updated[k], want[k], 0)) << what << ", update " << k;
       if (!second_reader) {
-        EXPECT_LT(gpu.last_arena_bytes(), max_seq * heads * dim * 4) << what;
+        // Less than a copy of the cache, beside the computed rows (and their temporaries)
+        // where they are materialised (the scatter fusion is opt-in).
+        const int64_t rows_bytes = computed_rows ? 2 * len * heads * dim * 4 : 0;
+        EXPECT_LT(gpu.last_arena_bytes(), max_seq * heads * dim * 4 + rows_bytes) << what;
         EXPECT_EQ(gpu.device_pointer(update.id()), gpu.device_pointer(cache.id())) << what;
       }
+      pos += len;
+    }
+  }
+}
+
+// A cache append of rotated rows (RoPE's halves, tables broadcast over the heads), with the
+// scatter fusion off and with it (LUMINAL_CUDA_SCATTER_FUSION=scatter: the rotation runs
+// inside the scatter's kernel), over appends of several lengths, against the reference.
+TEST(CudaRuntime, ACacheAppendOfRotatedRowsMatchesTheReference) {
+  LUMINAL_REQUIRE_GPU();
+  struct Unset {
+    ~Unset() { ::unsetenv("LUMINAL_CUDA_SCATTER_FUSION"); }
+  } unset;
+  for (const char* mode : {"0", "scatter"}) {
+    ::setenv("LUMINAL_CUDA_SCATTER_FUSION", mode, 1);
+    const int64_t max_seq = 32, heads = 3, dim = 8;
+    luminal::Graph cx;
+    auto [cache, rows, outs, update] = luminal::testing::build_cache_append(cx, max_seq, heads, dim, false, true);
+    auto gpu = cx.compile(cuda::CudaRuntime{}, CompileOptions().search_graph_limit(4).trials(1).verify(VerifyMode::Never));
+    auto ref = cx.compile(ReferenceRuntime{}, CompileOptions().search_graph_limit(1));
+    HostTensor start = varied(DType::F32, static_cast<size_t>(max_seq * heads * dim), 7, false);
+    gpu.set_data(cache, start);
+    ref.set_data(cache, start);
+    int64_t pos = 0;
+    uint32_t seed = 21;
+    for (int64_t len : {5, 1, 3, 9}) {
+      DimMap dims{{"p", pos}, {"s", len}};
+      HostTensor r = varied(DType::F32, static_cast<size_t>(len * heads * dim), seed++, true);
+      gpu.set_data(rows, r);
+      ref.set_data(rows, r);
+      gpu.execute(dims);
+      ref.execute(dims);
+      auto cached = gpu.get(cache).to_f64(), want = ref.get(cache).to_f64();
+      ASSERT_EQ(cached.size(), want.size());
+      for (size_t k = 0; k < cached.size(); ++k)
+        ASSERT_TRUE(same_value(cached[k], want[k], 1e-5))
+            << "fusion " << mode << ", position " << pos << ", cache element " << k << ": " << cached[k] << " instead of "
+            << want[k];
       pos += len;
     }
   }
