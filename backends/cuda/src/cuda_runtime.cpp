@@ -888,11 +888,11 @@ void find_output_producers(ProgramPlan& p) {
 
 // A KV-cache append's scatter computes its rows (RoPE of k) and indexes itself, spread
 // over blocks; index-only regions (those indexes, a causal mask) are recomputed in their
-// readers. Two kernels fewer per layer of a decode step. LUMINAL_CUDA_SCATTER_FUSION=0
-// turns both off, to measure them.
+// readers. Two kernels fewer per layer of a decode step. LUMINAL_CUDA_SCATTER_FUSION: 1
+// (default) both, 0 neither, `scatter` or `index` one of them, to measure them.
 kernel::FuseOptions cuda_fuse_options() {
   const char* env = std::getenv("LUMINAL_CUDA_SCATTER_FUSION");
-  const std::string mode = env ? env : "0";
+  const std::string mode = env ? env : "1";
   kernel::FuseOptions o;
   o.scatter_roots = mode == "1" || mode == "scatter";
   o.recompute_index_regions = mode == "1" || mode == "index";
