@@ -27,6 +27,18 @@ constexpr int kGemvWarps = 8;
 #define LK_GEMV_PREFETCH (LK_GEMV_PREFETCH_MB > 0)
 constexpr long long kGemvPrefetchBytes = (long long)LK_GEMV_PREFETCH_MB << 20;
 
+// The first warp asks the L2 for [base, base + bytes) in 4 KB requests (base 16-byte
+// aligned, bytes a multiple of 16).
+__device__ __forceinline__ void bulk_prefetch(unsigned long long base, long long bytes) {
+#if LK_GEMV_PREFETCH && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  constexpr long long kChunk = 4096;
+  for (long long off = (long long)threadIdx.x * kChunk; off < bytes; off += 32 * kChunk) {
+    const unsigned size = (unsigned)(bytes - off < kChunk ? bytes - off : kChunk);
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(base + off), "r"(size) : "memory");
+  }
+#endif
+}
+
 template <class TW>
 __device__ __forceinline__ void prefetch_rows(const TW* w, long long first_row, long long rows, long long K,
                                               long long grid_blocks) {
@@ -39,13 +51,7 @@ __device__ __forceinline__ void prefetch_rows(const TW* w, long long first_row, 
   // The instruction takes a 16-byte aligned start and a multiple of 16 bytes: the start is
   // rounded down (the allocation is at least 256-byte aligned) and the length down.
   const unsigned long long aligned = begin & ~15ull;
-  bytes = (bytes + (long long)(begin - aligned)) & ~15ll;
-  begin = aligned;
-  constexpr long long kChunk = 4096;
-  for (long long off = (long long)threadIdx.x * kChunk; off < bytes; off += 32 * kChunk) {
-    const unsigned size = (unsigned)(bytes - off < kChunk ? bytes - off : kChunk);
-    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(begin + off), "r"(size) : "memory");
-  }
+  bulk_prefetch(aligned, (bytes + (long long)(begin - aligned)) & ~15ll);
 #endif
 }
 
@@ -163,12 +169,7 @@ __device__ __forceinline__ void prefetch_next(const void* next, long long bytes)
   const long long share = (bytes / gridDim.x + 15) & ~15ll;
   const long long begin = (long long)blockIdx.x * share;
   const long long end = begin + share < bytes ? begin + share : bytes & ~15ll;
-  const unsigned long long base = reinterpret_cast<unsigned long long>(next);
-  constexpr long long kChunk = 4096;
-  for (long long off = begin + (long long)threadIdx.x * kChunk; off < end; off += 32 * kChunk) {
-    const unsigned size = (unsigned)(end - off < kChunk ? end - off : kChunk);
-    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(base + off), "r"(size) : "memory");
-  }
+  if (end > begin) bulk_prefetch(reinterpret_cast<unsigned long long>(next) + begin, end - begin);
 #endif
 }
 
