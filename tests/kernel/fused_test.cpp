@@ -201,24 +201,33 @@ TEST(KernelFused, IdenticalNodesAreComputedOnce) {
   batch.run(test_compiler());
 }
 
+// The emitted C++ helpers' lm_exp2f beside another exp2 of theirs (`fast`), compiled as
+// one probe: fn(bits, exact, fast, n) writes both results' bits for every input pattern.
+using Exp2Probe = void(const unsigned*, unsigned*, unsigned*, long long);
+Exp2Probe* exp2_probe(const std::string& fast, std::shared_ptr<const SharedLibrary>& keep) {
+  Graph probe_graph;
+  (probe_graph.tensor({kSeq}) * 2.0).output();
+  auto probe_kernel = lower(Region{probe_graph});
+  if (!probe_kernel) return nullptr;
+  const std::string probe = emit_cpp(*probe_kernel, "k") + R"(
+extern "C" void lm_probe(const unsigned* bits, unsigned* exact, unsigned* fast, long long n) {
+  for (long long i = 0; i < n; ++i) {
+    exact[i] = lm_f2u_(lm_exp2f(lm_u2f_(bits[i])));
+    fast[i] = lm_f2u_()" + fast + R"((lm_u2f_(bits[i])));
+  }
+})";
+  keep = test_compiler().compile(probe);
+  return keep->function<Exp2Probe>("lm_probe");
+}
+
 // Sums of 64 or more exp2s (softmax) compute them by lm_exp2f_or_nan where a NaN would
 // reach the sum, and a sum that comes out NaN again with lm_exp2f. The helper itself: the
 // bits of lm_exp2f for |x| < 126 and x <= -151, NaN for the rest (a strided sweep of all
 // patterns and every pattern in windows around the edges of its ranges).
 TEST(KernelFused, SumsOfExponentialsTakeTheShortExp2AndRedoNaNs) {
-  Graph probe_graph;
-  (probe_graph.tensor({kSeq}) * 2.0).output();
-  auto probe_kernel = lower(Region{probe_graph});
-  ASSERT_TRUE(probe_kernel);
-  const std::string probe = emit_cpp(*probe_kernel, "k") + R"(
-extern "C" void lm_probe(const unsigned* bits, unsigned* exact, unsigned* fast, long long n) {
-  for (long long i = 0; i < n; ++i) {
-    exact[i] = lm_f2u_(lm_exp2f(lm_u2f_(bits[i])));
-    fast[i] = lm_f2u_(lm_exp2f_or_nan(lm_u2f_(bits[i])));
-  }
-})";
-  auto lib = test_compiler().compile(probe);
-  auto* fn = lib->function<void(const unsigned*, unsigned*, unsigned*, long long)>("lm_probe");
+  std::shared_ptr<const SharedLibrary> lib;
+  auto* fn = exp2_probe("lm_exp2f_or_nan", lib);
+  ASSERT_TRUE(fn);
   std::vector<unsigned> bits;
   for (uint64_t b = 0; b < (uint64_t{1} << 32); b += 4099) bits.push_back(static_cast<unsigned>(b));
   for (float edge : {0.0f, 125.5f, 126.0f, 126.5f, 127.5f, 128.0f, -149.0f, -150.0f, -150.5f, -151.0f, 1e30f})
@@ -301,19 +310,9 @@ extern "C" void lm_probe(const unsigned* bits, unsigned* exact, unsigned* fast, 
 // Rows on both sides of that bound, masked, NaN, infinite or with signed zeros, match the
 // reference; lm_exp2f_in_range has lm_exp2f's bits on the whole range it is used on.
 TEST(KernelFused, SoftmaxSumsCheckTheirExponentsRangeOncePerRow) {
-  Graph probe_graph;
-  (probe_graph.tensor({kSeq}) * 2.0).output();
-  auto probe_kernel = lower(Region{probe_graph});
-  ASSERT_TRUE(probe_kernel);
-  const std::string probe = emit_cpp(*probe_kernel, "k") + R"(
-extern "C" void lm_probe(const unsigned* bits, unsigned* exact, unsigned* fast, long long n) {
-  for (long long i = 0; i < n; ++i) {
-    exact[i] = lm_f2u_(lm_exp2f(lm_u2f_(bits[i])));
-    fast[i] = lm_f2u_(lm_exp2f_in_range(lm_u2f_(bits[i])));
-  }
-})";
-  auto lib = test_compiler().compile(probe);
-  auto* fn = lib->function<void(const unsigned*, unsigned*, unsigned*, long long)>("lm_probe");
+  std::shared_ptr<const SharedLibrary> lib;
+  auto* fn = exp2_probe("lm_exp2f_in_range", lib);
+  ASSERT_TRUE(fn);
   std::vector<unsigned> bits;
   for (uint64_t b = 0; b < (uint64_t{1} << 32); b += 4099) {
     const float x = std::bit_cast<float>(static_cast<uint32_t>(b));
