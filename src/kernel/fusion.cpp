@@ -294,9 +294,10 @@ bool reads_replicated(const Graph& program, NodeId consumer, NodeId producer) {
 
 // The region computing `members` (program ids, ascending; the last is the root), whose
 // other results are read only inside it; nullopt when a member cannot be inlined.
-// Producers outside the group that are recomputed leaves are copied in, not read.
+// Producers outside the group that are recomputed leaves (`leaf`, per program node) are
+// copied in, not read.
 std::optional<Region> group_region(const Graph& program, const std::vector<NodeId>& members,
-                                   std::vector<NodeId>& externals, const FuseOptions& options) {
+                                   std::vector<NodeId>& externals, const std::vector<char>& leaf) {
   Region r;
   Graph& g = r.graph;
   std::unordered_map<NodeId, NodeId> inside;    // program member (or copied leaf) -> region node
@@ -304,7 +305,7 @@ std::optional<Region> group_region(const Graph& program, const std::vector<NodeI
   // Region Inputs must come first (in creation order they are the region's inputs), so
   // collect every external producer before adding any computing node.
   auto is_member = [&](NodeId id) { return std::binary_search(members.begin(), members.end(), id); };
-  auto copied = [&](NodeId id) { return !is_member(id) && recomputed_leaf(program.node(id), options); };
+  auto copied = [&](NodeId id) { return !is_member(id) && leaf[id]; };
   auto external_input = [&](NodeId p) {
     auto it = external.find(p);
     if (it != external.end()) return it->second;
@@ -427,7 +428,10 @@ Graph fuse_program(const Graph& program, std::vector<NodeId>& old_to_new, const 
     if (group[i] != kNoNode) members[group[i]].push_back(i);
   // A leaf left in a group of its own (its readers are in several kernels) is copied into
   // each reader's region (group_region); it runs only if some reader is not fused.
-  auto lone_leaf = [&](NodeId p) { return recomputed_leaf(program.node(p), options) && group[p] == p; };
+  // recomputed_leaf once per node: an index region's test parses its region text.
+  std::vector<char> leaf(n);
+  for (NodeId i = 0; i < n; ++i) leaf[i] = recomputed_leaf(program.node(i), options);
+  auto lone_leaf = [&](NodeId p) { return leaf[p] && group[p] == p; };
   // Each group of two or more nodes (copied leaves count) becomes one Fused node when it
   // lowers to one kernel.
   std::unordered_map<NodeId, std::pair<Region, std::vector<NodeId>>> fused;  // root -> region, externals
@@ -438,7 +442,7 @@ Graph fuse_program(const Graph& program, std::vector<NodeId>& old_to_new, const 
       for (const auto& in : program.node(m).inputs) reads_leaf = reads_leaf || lone_leaf(in.node);
     if (list.size() < 2 && !reads_leaf) continue;
     std::vector<NodeId> externals;
-    std::optional<Region> r = group_region(program, list, externals, options);
+    std::optional<Region> r = group_region(program, list, externals, leaf);
     if (!r || !lower(*r)) {
       for (NodeId m : list) group[m] = m;  // keep the program's own nodes
       continue;
