@@ -22,6 +22,7 @@
 #include "luminal/kernel/program_kernels.hpp"
 #include "luminal/plan/memory_planner.hpp"
 #include "luminal/search/hlir_egraph.hpp"
+#include "attention_op.hpp"
 #include "luminal_cuda/cublaslt.hpp"
 #include "luminal_cuda/kernels.hpp"
 
@@ -36,6 +37,10 @@ std::vector<std::string> runtime_rule_files() {
   // measured them on the models (docs/CUDA_BACKEND.md, session 21).
   const char* residual = std::getenv("LUMINAL_CUDA_RESIDUAL_EPILOGUE");
   if (residual && std::string_view(residual) == "1") files.push_back(dir + "cuda_residual.egg");
+  // Attention as one kernel is opt-in (LUMINAL_CUDA_ATTENTION=1) until a GPU run has
+  // measured it on the models.
+  const char* attention = std::getenv("LUMINAL_CUDA_ATTENTION");
+  if (attention && std::string_view(attention) == "1") files.push_back(dir + "cuda_attention.egg");
   files.push_back(kernel::fusion_rule_file());
   return files;
 }
@@ -63,6 +68,7 @@ void register_runtime_primitives(egraph::EGraph& eg) {
   using egraph::Value;
   using egraph::ValueKind;
   kernel::register_fusion_primitives(eg);
+  register_attention_primitives(eg);
   // (gemm-layout ?va ?vb): the operand views of a matmul-shaped Mul (rank 3 or 4, every
   // axis a linear stride or copied first).
   eg.register_primitive("gemm-layout", [](std::span<const Value> a) -> std::optional<Value> {
@@ -342,12 +348,13 @@ constexpr int64_t kElementwiseWaves = 2;
 // get_tensor reads up to this many bytes through a page-locked staging buffer.
 constexpr size_t kPinnedStagingLimit = size_t(64) << 20;
 
-enum class StepKind { Kernel, Gemv, CublasLt, Custom };
+enum class StepKind { Kernel, Gemv, CublasLt, Attention, Custom };
 struct Step {
   StepKind kind = StepKind::Kernel;
   NodeId node = 0;
   std::shared_ptr<Compiled> kernel;                  // Kernel
   std::optional<GemmLayout> gemm;                    // Gemv / CublasLt
+  std::optional<AttentionLayout> attention;          // Attention
   std::string copy_region[2];                        // matmul operands: copy through copy_view
   std::optional<DType> weight_dtype;                 // B's F16/BF16 dtype under an F32 product
   std::vector<std::string> custom_copy_regions;      // Custom: per input, "" when read directly
@@ -953,6 +960,18 @@ void CudaRuntime::load_program(size_t slot, const luminal::Graph& program, std::
         // widened weight's copy converts it to F32.
         step.copy_region[o] = kernel::copy_region_text(src.dtype, src.shape, ops[o]->copy_view, "cuda", widen);
         if (ops[o]->copy || widen) regions.push_back(step.copy_region[o]);
+      }
+    } else if (n.op == OpKind::BackendOp && n.backend->name == "CudaAttention") {
+      step.kind = StepKind::Attention;
+      LUMINAL_CHECK(n.inputs.size() == 5, "cuda: CudaAttention takes q, k, v, a mask and a scale, got ",
+                    n.inputs.size(), " inputs");
+      step.attention = attention_layout(n.inputs[0].view, n.inputs[1].view, n.inputs[2].view, n.inputs[3].view,
+                                        n.inputs[4].view);
+      LUMINAL_CHECK(step.attention.has_value(), "cuda: CudaAttention with operand views it cannot take");
+      for (int o = 0; o < 5; ++o) {
+        const DType want = o < 3 ? n.dtype : DType::F32;
+        LUMINAL_CHECK(p.graph.node(n.inputs[o].node).dtype == want, "cuda: CudaAttention operand ", o, " of ",
+                      dtype_name(p.graph.node(n.inputs[o].node).dtype), " (", dtype_name(want), " expected)");
       }
     } else if (n.op == OpKind::BackendOp && n.backend->name != "Fused") {
       fail("cuda: backend op '", n.backend->name, "' is not a CUDA op (was the program extracted for another backend?)");
@@ -1703,6 +1722,35 @@ void CudaRuntime::run(size_t slot, const DimMap& dims) {
                              },
                              false});
           }
+          break;
+        }
+        case StepKind::Attention: {
+          // Sizes and strides go to the dims buffer (the kernel reads them when it runs), so
+          // the launch holds while the cache grows.
+          const AttentionLayout& l = *step.attention;
+          if (!rs.positive(l.batch * l.rows)) break;
+          std::vector<Expression> values{l.batch,     l.rows,     l.group,    l.seq,      l.keys,    l.depth,
+                                         l.width,     l.q.offset, l.q.batch,  l.q.row,    l.q.col,   l.k.offset,
+                                         l.k.batch,   l.k.row,    l.k.col,    l.v.offset, l.v.batch, l.v.row,
+                                         l.v.col,     l.mask_offset};
+          values.insert(values.end(), l.mask_strides.begin(), l.mask_strides.end());
+          values.push_back(l.scale_offset);
+          values.insert(values.end(), l.scale_strides.begin(), l.scale_strides.end());
+          LUMINAL_ASSERT(values.size() == static_cast<size_t>(kAttentionRowsParams), "cuda: attention params ",
+                         values.size());
+          const size_t params = rs.add_values(values);
+          const int64_t grid = rs.blocks(l.batch * l.rows);
+          LUMINAL_CHECK(grid <= std::numeric_limits<int32_t>::max(), "cuda: ", what, " needs ", grid,
+                        " blocks, above the grid limit");
+          api::CUfunction fn = s.shared->modules->function(attention_rows_source(n.dtype), kAttentionRowsKernelName);
+          const DevicePtr q = ptr[n.inputs[0].node], k = ptr[n.inputs[1].node], v = ptr[n.inputs[2].node],
+                          mask = ptr[n.inputs[3].node], scale = ptr[n.inputs[4].node], out = ptr[step.node];
+          Resolved* rp = &r;
+          r.ops.push_back({[fn, grid, q, k, v, mask, scale, out, params, rp](StreamHandle st) {
+                             launch_kernel(fn, static_cast<unsigned>(grid), kAttentionRowsThreads,
+                                           {q, k, v, mask, scale, out, rp->dims.ptr() + params * sizeof(int64_t)}, st);
+                           },
+                           false});
           break;
         }
         case StepKind::Custom: {

@@ -361,6 +361,92 @@ TEST(CudaRuntime, AResidualIsAddedInTheMatmulsEpilogue) {
     }
 }
 
+// Grouped-query attention as the models spell it (models/src/nn.cpp, gqa_attention: q
+// stacked per kv head, scores rounded to the dtype, upcast, scaled, a causal mask added,
+// softmax in F32, probabilities rounded, times v) runs as one CudaAttention kernel
+// (rules/cuda_attention.egg). Against the reference: F16 and BF16, head dims 24 (scalar
+// loads of k) and 32 (16-byte loads), one new token over growing caches and several
+// tokens at once (the mask cuts rows off), NaN and infinities in the data; the program
+// keeps no matmul and no reduction besides the one op.
+TEST(CudaRuntime, AttentionRunsAsOneKernel) {
+  LUMINAL_REQUIRE_GPU();
+  ::setenv("LUMINAL_CUDA_ATTENTION", "1", 1);
+  struct Unset {
+    ~Unset() { ::unsetenv("LUMINAL_CUDA_ATTENTION"); }
+  } unset;
+  const bool emulated = fake_device();
+  for (DType dt : {DType::BF16, DType::F16})
+    for (int head_dim : {24, 32}) {
+      if (emulated && dt == DType::F16 && head_dim == 24) continue;
+      const std::string what = detail::concat("attention ", dtype_name(dt), " d", head_dim);
+      const int heads = 4, kv_heads = 2, group = heads / kv_heads;
+      luminal::testing::TestModel m;
+      const Expression p = Expression::var("p"), sq = Expression::var("s"), t = p + sq;
+      auto q = m.cx.named_tensor("q", {sq, heads, head_dim}, dt);
+      auto k = m.cx.named_tensor("k", {t, kv_heads, head_dim}, dt);
+      auto v = m.cx.named_tensor("v", {t, kv_heads, head_dim}, dt);
+      m.inputs = {q, k, v};
+      const Expression z = Expression::index(), i = z / t, j = z % t;
+      auto mask = m.cx.iota((le(j, p + i) - 1) * 1000000000, {sq, t}, DType::I32).cast(DType::F32);
+      auto qh = q.reshape({sq, kv_heads, group, head_dim}).permute({1, 2, 0, 3}).contiguous().reshape(
+          {Expression(kv_heads), Expression(group) * sq, head_dim});
+      auto scores = qh.matmul(k.permute({1, 2, 0})).reshape({Expression(kv_heads), Expression(group), sq, t})
+                        .cast(DType::F32) * (1.0 / std::sqrt(double(head_dim)));
+      auto probs = (scores + mask).softmax(-1).cast(dt).reshape({Expression(kv_heads), Expression(group) * sq, t});
+      m.outputs.push_back(probs.matmul(v.permute({1, 0, 2})).output());
+      m.cx.set_dim("p", 5);
+      m.cx.set_dim("s", 1);
+      std::optional<search::Extracted> chosen;
+      {
+        auto lowered = search::lower_to_egraph(m.cx, [](egraph::EGraph& eg) { cuda::register_runtime_primitives(eg); });
+        auto files = search::core_rule_files();
+        for (auto& f : cuda::runtime_rule_files()) files.push_back(f);
+        search::load_rule_files(lowered, files);
+        ReferenceRuntime base;
+        for (const auto& stage : cuda::runtime_rule_stages(base, CompileOptions().rulesets({"core"}))) {
+          std::vector<egraph::Schedule> sets;
+          for (auto& rs : stage.rulesets) sets.push_back(egraph::Schedule::run(rs));
+          lowered.egraph->run(egraph::Schedule::saturate(sets), {});
+        }
+        auto space = search::choice_space(lowered);
+        std::mt19937_64 rng(11);
+        for (int attempt = 0; attempt < 2000 && !chosen; ++attempt) {
+          search::Genome genome(space.slots.size());
+          for (size_t slot = 0; slot < genome.size(); ++slot)
+            genome[slot] = static_cast<uint32_t>(rng() % space.options[slot].size());
+          auto program = search::extract(lowered, space, genome);
+          if (!program) continue;
+          int attention = 0, other = 0;
+          for (const Node& n : program->program.nodes()) {
+            attention += n.op == OpKind::BackendOp && n.backend->name == "CudaAttention";
+            other += n.op == OpKind::SumReduce || n.op == OpKind::MaxReduce ||
+                     (n.op == OpKind::BackendOp && n.backend->name != "CudaAttention" && n.backend->name != "Fused");
+          }
+          if (attention == 1 && other == 0) chosen = std::move(program);
+        }
+      }
+      ASSERT_TRUE(chosen.has_value()) << what << ": no program runs the attention as one op";
+      DeviceAndReference both(*chosen, m);
+      uint32_t seed = 80;
+      using Dims = std::vector<std::pair<int64_t, int64_t>>;  // (p, s)
+      const Dims dims = emulated ? Dims{{5, 1}, {6, 1}, {2, 3}} : Dims{{5, 1}, {6, 1}, {40, 1}, {300, 1}, {2, 3}, {0, 7}, {41, 1}};
+      for (bool specials : {false, true})
+        for (auto [past, seq] : dims) {
+          const DimMap at{{"p", past}, {"s", seq}};
+          for (auto& in : m.inputs) {
+            HostTensor data = varied(dt, static_cast<size_t>(in.numel().eval(at)), seed++, specials);
+            both.gpu.set_tensor(in.id(), data);
+            both.ref.set_tensor(in.id(), data);
+          }
+          both.gpu.execute(at);
+          both.ref.execute(at);
+          expect_outputs_match(both.gpu, both.ref, m.outputs,
+                               detail::concat(what, specials ? " specials" : "", " p ", past, " s ", seq), 1e-4, 3e-2);
+          if (::testing::Test::HasFatalFailure()) return;
+        }
+    }
+}
+
 // GEMVs reading one x (an attention block's q, k, v projections) share one launch: the
 // runtime moves them next to each other (another node, built between them, reads the first
 // one's result) and joins up to four per launch; a fifth launches alone. Every result

@@ -149,6 +149,16 @@ inline constexpr int kSmallMatmulParams = 12;
 inline constexpr unsigned kSmallMatmulThreads = 256;
 inline constexpr int64_t kSmallMatmulMaxRows = 16;
 
+// Attention rows (kernels/attention_rows.cu), the CudaAttention op: q . k^T rounded, times a
+// scale, plus a mask, softmax over the keys, times v, one block per (batch, row), sizes and
+// strides from kAttentionRowsParams int64s in device memory (the layout is in the file).
+// F32, F16 or BF16; depth and width up to kAttentionRowsMaxDepth.
+KernelSource attention_rows_source(DType dtype);
+inline constexpr const char* kAttentionRowsKernelName = "luminal_attention_rows";
+inline constexpr int kAttentionRowsParams = 29;
+inline constexpr unsigned kAttentionRowsThreads = 256;
+inline constexpr int64_t kAttentionRowsMaxDepth = 256;
+
 // Every variant a build can launch, for ahead-of-time compilation and the NVRTC tests.
 std::vector<KernelSource> all_kernel_sources();
 

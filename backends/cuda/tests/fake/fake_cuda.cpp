@@ -272,7 +272,7 @@ static void lm_run(F body, unsigned grid, unsigned block, int mode) {
 )";
 
 struct Function {
-  enum Kind_ { Emitted, Gemv, GemvGroup, Fill, SmallMatmul, Hold } kind = Emitted;
+  enum Kind_ { Emitted, Gemv, GemvGroup, Fill, SmallMatmul, AttentionRows, Hold } kind = Emitted;
   void (*launch)(void**, unsigned, unsigned) = nullptr;  // Emitted
   int nargs = 0;                                        // Emitted: every argument is a pointer
   Kind dtype = Kind::F32;                               // Gemv / Fill
@@ -322,7 +322,8 @@ CUresult load_module(Module& m, const std::string& source) {
   // Hand-written families: host implementations of their launch contracts.
   bool hand_written = false;
   for (const char* family :
-       {"LUMINAL_GEMV_ENTRY", "LUMINAL_GEMV_GROUP_ENTRY", "LUMINAL_FILL_ENTRY", "LUMINAL_SMALL_MATMUL_ENTRY"})
+       {"LUMINAL_GEMV_ENTRY", "LUMINAL_GEMV_GROUP_ENTRY", "LUMINAL_FILL_ENTRY", "LUMINAL_SMALL_MATMUL_ENTRY",
+        "LUMINAL_ATTENTION_ROWS_ENTRY"})
     for (const auto& args : macro_uses(source, family)) {
       if (args.size() < 2) continue;
       Function f;
@@ -330,7 +331,8 @@ CUresult load_module(Module& m, const std::string& source) {
       f.kind = fam == "LUMINAL_GEMV_ENTRY"         ? Function::Gemv
                : fam == "LUMINAL_GEMV_GROUP_ENTRY" ? Function::GemvGroup
                : fam == "LUMINAL_FILL_ENTRY"       ? Function::Fill
-                                                   : Function::SmallMatmul;
+               : fam == "LUMINAL_SMALL_MATMUL_ENTRY" ? Function::SmallMatmul
+                                                   : Function::AttentionRows;
       f.dtype = kind_of_type_name(args[1]);
       // LUMINAL_GEMV_ENTRY(NAME, T, TW, MMAX, RPW, ACT, UNROLL)
       if (f.kind == Function::Gemv && args.size() > 5) {
@@ -423,6 +425,50 @@ void host_small_matmul(Kind k, const CUdeviceptr* p, unsigned grid) {
         acc += product;
       }
       store(host(p[2]), row * n + j, acc, k);
+    }
+  }
+}
+
+// kernels/attention_rows.cu's contract (q, k, v, mask, scale, out, params): per (batch,
+// row), the rounded scores times the scale plus the mask, softmax over the keys in F32 (its
+// maximum NaN-propagating, exp2 of (s - max) * log2 e), the probabilities rounded to the
+// dtype, their product with v rounded; every product rounded before it is added.
+void host_attention_rows(Kind k, const CUdeviceptr* p, unsigned grid) {
+  std::lock_guard lock(big_lock());
+  const auto* a = static_cast<const long long*>(host(p[6]));
+  const long long batch = a[0], rows = a[1], seq = a[3], keys = a[4], depth = a[5], width = a[6];
+  const auto* mask = static_cast<const float*>(host(p[3]));
+  const auto* scale = static_cast<const float*>(host(p[4]));
+  auto rounded = [k](float v) {
+    uint32_t bits = 0;  // room for one element of any dtype
+    store(&bits, 0, v, k);
+    return static_cast<float>(load(&bits, 0, k));
+  };
+  const long long blocks = std::min<long long>(grid, batch * rows);
+  for (long long block = 0; block < blocks; ++block) {
+    const long long b = block / rows, r = block % rows, g = r / seq, i = r % seq;
+    std::vector<float> f(static_cast<size_t>(keys));
+    float mx = -INFINITY;
+    for (long long j = 0; j < keys; ++j) {
+      float acc = 0;
+      for (long long d = 0; d < depth; ++d)
+        acc += static_cast<float>(load(host(p[0]), a[7] + b * a[8] + r * a[9] + d * a[10], k)) *
+               static_cast<float>(load(host(p[1]), a[11] + b * a[12] + d * a[13] + j * a[14], k));
+      const float sc = scale[a[24] + b * a[25] + g * a[26] + i * a[27] + j * a[28]];
+      const float mk = mask[a[19] + b * a[20] + g * a[21] + i * a[22] + j * a[23]];
+      f[j] = rounded(acc) * sc + mk;
+      mx = (std::isnan(f[j]) || f[j] > mx) ? f[j] : mx;
+    }
+    const float neg_max = mx * -1.0f, log2e = 1.4426950408889634f;
+    float sum = 0;
+    std::vector<float> e(static_cast<size_t>(keys));
+    for (long long j = 0; j < keys; ++j) sum += e[j] = std::exp2((f[j] + neg_max) * log2e);
+    const float inv = 1.0f / sum;
+    for (long long d = 0; d < width; ++d) {
+      float acc = 0;
+      for (long long j = 0; j < keys; ++j)
+        acc += rounded(e[j] * inv) * static_cast<float>(load(host(p[2]), a[15] + b * a[16] + j * a[17] + d * a[18], k));
+      store(host(p[5]), (b * rows + r) * width + d, acc, k);
     }
   }
 }
@@ -656,6 +702,11 @@ CUresult cuLaunchKernel(CUfunction fn, unsigned gx, unsigned gy, unsigned gz, un
         host_gemv(k, kw, 0, p, sizes);
       }
     });
+  } else if (f.kind == Function::AttentionRows) {
+    CUdeviceptr p[7];
+    for (int i = 0; i < 7; ++i) std::memcpy(&p[i], params[i], sizeof(CUdeviceptr));
+    const Kind k = f.dtype;
+    submit(s, NodeType::Kernel, [=] { host_attention_rows(k, p, gx); });
   } else if (f.kind == Function::Hold) {
     submit(s, NodeType::Kernel, [] {});
   } else if (f.kind == Function::SmallMatmul) {

@@ -1,0 +1,161 @@
+// Attention as the unrewritten program computes it, one kernel per call (the CudaAttention
+// op, rules/cuda_attention.egg): for every row r of every batch b (a kv head; r = g * seq + i
+// for query head g of the group and query position i)
+//   f[j]   = round_T(q[b, r, :] . k[b, :, j]) * scale[b, g, i, j] + mask[b, g, i, j]
+//   e[j]   = exp2((f[j] + max_j f * -1) * log2 e)
+//   p[j]   = round_T(e[j] * (1 / sum_j e[j]))
+//   out[b, r, :] = round_T(sum_j p[j] * v[b, j, :])
+// with every product rounded before it is added (no FMA) and a NaN-propagating max, as the
+// primitives do; only the order of the sums differs. A block of 256 threads takes one row:
+// three passes over the keys (the maximum, the sum, then the probabilities a chunk of 256 at
+// a time, each thread one key, and the chunk's product with v, threads over the output
+// columns), recomputing the scores each pass instead of keeping them, so that any number of
+// keys fits and nothing is allocated. A decode step's attention (4 query heads per kv head,
+// ~500 keys) is the call it is for; the search measures it against the matmuls and the
+// softmax kernel on every other shape.
+//
+// Sizes and strides come from device memory (the runtime's dims buffer), so that a captured
+// CUDA graph stays valid as the cache grows; blocks past the last row leave. params (int64):
+//   0 batch, 1 rows, 2 group, 3 seq, 4 keys, 5 depth, 6 width,
+//   7 q_off, 8 q_bs, 9 q_rs, 10 q_cs,   11 k_off, 12 k_bs, 13 k_ds, 14 k_js,
+//   15 v_off, 16 v_bs, 17 v_js, 18 v_ds,
+//   19 mask_off, 20 mask_b, 21 mask_g, 22 mask_i, 23 mask_j,
+//   24 scale_off, 25 scale_b, 26 scale_g, 27 scale_i, 28 scale_j
+// depth and width are at most kAttnRowsMaxDepth (the rule checks it).
+namespace lk {
+
+constexpr int kAttnRowsThreads = 256;
+constexpr int kAttnRowsMaxDepth = 256;
+
+__device__ __forceinline__ float nan_max(float a, float b) { return (b != b || b > a) ? b : a; }
+
+__device__ __forceinline__ float block_nan_max(float v, float* scratch) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) v = nan_max(v, __shfl_xor_sync(0xffffffffu, v, offset));
+  __syncthreads();
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  v = lane < kAttnRowsThreads / 32 ? scratch[lane] : LK_NEG_INF;
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) v = nan_max(v, __shfl_xor_sync(0xffffffffu, v, offset));
+  return v;
+}
+
+template <class T>
+struct AttentionRow {
+  const T* k;
+  const float *mask, *scale, *q;  // q: the row in shared memory, widened
+  long long depth, k_ds, k_js, mask_j, scale_j;
+  const T* k_base;
+  const float *mask_row, *scale_row;
+  bool vector_k;  // k contiguous along the depth and 16-byte aligned: 16-byte loads
+
+  // f[j]: the rounded dot product, scaled, plus the mask.
+  __device__ __forceinline__ float score(long long j) const {
+    const T* kj = k_base + j * k_js;
+    float acc = 0.0f;
+    if (vector_k) {
+      constexpr int V = Pack<T>::N;
+      const uint4* kv = reinterpret_cast<const uint4*>(kj);
+      for (long long c = 0; c < depth / V; ++c) {
+        float kf[V];
+        Pack<T>::unpack(__ldg(kv + c), kf);
+#pragma unroll
+        for (int e = 0; e < V; ++e) acc = __fadd_rn(acc, __fmul_rn(q[c * V + e], kf[e]));
+      }
+    } else {
+      for (long long d = 0; d < depth; ++d) acc = __fadd_rn(acc, __fmul_rn(q[d], to_float(kj[d * k_ds])));
+    }
+    const float rounded = to_float(from_float<T>(acc));
+    return __fadd_rn(__fmul_rn(rounded, scale_row[j * scale_j]), mask_row[j * mask_j]);
+  }
+};
+
+template <class T>
+__device__ __forceinline__ void attention_rows(const T* __restrict__ q, const T* __restrict__ k,
+                                               const T* __restrict__ v, const float* __restrict__ mask,
+                                               const float* __restrict__ scale, T* __restrict__ out,
+                                               const long long* __restrict__ p) {
+  const long long batch = p[0], rows = p[1], seq = p[3], keys = p[4], depth = p[5], width = p[6];
+  const long long block = blockIdx.x;
+  if (block >= batch * rows) return;  // the whole block: no barrier is skipped
+  const long long b = block / rows, r = block % rows, g = r / seq, i = r % seq;
+  const int tid = threadIdx.x;
+  __shared__ float q_row[kAttnRowsMaxDepth];
+  __shared__ float scratch[32];
+  __shared__ float probs[kAttnRowsThreads];
+  __shared__ float partial[kAttnRowsThreads];
+  for (long long d = tid; d < depth; d += kAttnRowsThreads)
+    q_row[d] = to_float(q[p[7] + b * p[8] + r * p[9] + d * p[10]]);
+  __syncthreads();
+
+  AttentionRow<T> row;
+  row.k = k;
+  row.q = q_row;
+  row.depth = depth;
+  row.k_ds = p[13];
+  row.k_js = p[14];
+  row.k_base = k + p[11] + b * p[12];
+  row.mask_row = mask + p[19] + b * p[20] + g * p[21] + i * p[22];
+  row.mask_j = p[23];
+  row.scale_row = scale + p[24] + b * p[25] + g * p[26] + i * p[27];
+  row.scale_j = p[28];
+  constexpr int V = Pack<T>::N;
+  row.vector_k = row.k_ds == 1 && depth % V == 0 && row.k_js % V == 0 &&
+                 reinterpret_cast<unsigned long long>(row.k_base) % 16 == 0;
+
+  // The maximum, then the sum of the exponentials.
+  float mx = LK_NEG_INF;
+  for (long long j = tid; j < keys; j += kAttnRowsThreads) mx = nan_max(mx, row.score(j));
+  mx = block_nan_max(mx, scratch);
+  const float neg_max = __fmul_rn(mx, -1.0f);
+  constexpr float kLog2e = 1.4426950408889634f;
+  float sum = 0.0f;
+  for (long long j = tid; j < keys; j += kAttnRowsThreads)
+    sum = __fadd_rn(sum, exp2f(__fmul_rn(__fadd_rn(row.score(j), neg_max), kLog2e)));
+  sum = block_sum(sum, scratch);
+  const float inv_sum = __frcp_rn(sum);
+
+  // The probabilities a chunk at a time, then their product with v: thread t takes column
+  // t % width of every (t / width)-th key of the chunk.
+  const int lanes = width >= kAttnRowsThreads ? 1 : kAttnRowsThreads / (int)width;
+  const long long d = tid % width, lane = tid / width;
+  const bool active = lane < lanes && d < width;
+  const T* v_col = v + p[15] + b * p[16] + d * p[18];
+  const long long v_js = p[17];
+  float acc = 0.0f;
+  for (long long j0 = 0; j0 < keys; j0 += kAttnRowsThreads) {
+    const long long j = j0 + tid;
+    float pj = 0.0f;
+    if (j < keys)
+      pj = to_float(from_float<T>(
+          __fmul_rn(exp2f(__fmul_rn(__fadd_rn(row.score(j), neg_max), kLog2e)), inv_sum)));
+    __syncthreads();  // the chunk before is read
+    probs[tid] = pj;
+    __syncthreads();
+    if (active) {
+      const long long n = keys - j0 < kAttnRowsThreads ? keys - j0 : kAttnRowsThreads;
+      for (long long jj = lane; jj < n; jj += lanes)
+        acc = __fadd_rn(acc, __fmul_rn(probs[jj], to_float(v_col[(j0 + jj) * v_js])));
+    }
+  }
+  __syncthreads();
+  partial[tid] = acc;
+  __syncthreads();
+  for (long long c = tid; c < width; c += kAttnRowsThreads) {
+    float o = 0.0f;
+    for (int l = 0; l < lanes; ++l) o = __fadd_rn(o, partial[l * width + c]);
+    out[(b * rows + r) * width + c] = from_float<T>(o);
+  }
+}
+
+}  // namespace lk
+
+#define LUMINAL_ATTENTION_ROWS_ENTRY(NAME, T)                                                                    \
+  extern "C" __global__ void __launch_bounds__(lk::kAttnRowsThreads)                                             \
+      NAME(const T* q, const T* k, const T* v, const float* mask, const float* scale, T* out,                    \
+           const long long* params) {                                                                            \
+    LK_GRID_ENTER();                                                                                              \
+    lk::attention_rows<T>(q, k, v, mask, scale, out, params);                                                    \
+  }

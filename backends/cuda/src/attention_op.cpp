@@ -1,0 +1,124 @@
+#include "attention_op.hpp"
+
+#include <cmath>
+#include <numbers>
+
+#include "luminal/search/hlir_egraph.hpp"
+#include "luminal_cuda/kernels.hpp"
+
+namespace luminal::cuda {
+namespace {
+
+// A tensor read through `view` at [batch, group, seq, keys] with a linear stride per axis
+// and no padding: the strides and the offset of element 0.
+bool linear_view(const ShapeTracker& view, Expression& offset, std::vector<Expression>& strides) {
+  if (view.rank() != 4 || !(view.base_valid() == Expression(1))) return false;
+  offset = view.base_offset();
+  strides.clear();
+  for (const ViewDim& d : view.dims()) {
+    if (!(d.valid == Expression(1))) return false;
+    auto stride = search::view_axis_stride(d);
+    if (!stride) return false;
+    strides.push_back(*stride);
+    offset = offset + d.offset.substitute(Expression::kIndexName, 0);
+  }
+  return true;
+}
+
+bool small_constant(const Expression& e) {
+  auto c = e.as_constant();
+  return c && *c >= 1 && *c <= kAttentionRowsMaxDepth;
+}
+
+// The view of a reduction's result [a, b, c] read at [a, b, c, n]: contiguous, broadcast
+// along the new last axis.
+bool reduction_broadcast(const ShapeTracker& view, const Shape& reduced, const Expression& n) {
+  const ShapeTracker want = ShapeTracker::contiguous(reduced).insert_broadcast(static_cast<int>(reduced.size()), n);
+  return view.dims() == want.dims() && view.base_offset() == want.base_offset() &&
+         view.base_valid() == want.base_valid();
+}
+
+// A scalar (a rank-0 constant) read at every element: every axis of stride 0, no padding.
+bool scalar_view(const ShapeTracker& view) {
+  Expression offset;
+  std::vector<Expression> strides;
+  if (!linear_view(view, offset, strides) || !(offset == Expression(0))) return false;
+  for (const auto& s : strides)
+    if (!(s == Expression(0))) return false;
+  return true;
+}
+
+}  // namespace
+
+std::optional<AttentionLayout> attention_layout(const ShapeTracker& view_q, const ShapeTracker& view_k,
+                                                const ShapeTracker& view_v, const ShapeTracker& view_mask,
+                                                const ShapeTracker& view_scale) {
+  if (view_mask.rank() != 4 || view_q.rank() != 4) return std::nullopt;
+  auto scores = cuda_gemm_layout(view_q, view_k);  // [batch, rows, keys, depth]
+  if (!scores || scores->a.copy || scores->b.copy) return std::nullopt;
+  AttentionLayout l;
+  l.batch = scores->batch;
+  l.rows = scores->m;
+  l.keys = scores->n;
+  l.depth = scores->k;
+  l.group = view_mask.shape()[1];
+  l.seq = view_mask.shape()[2];
+  if (!(view_mask.shape()[0] == l.batch) || !(view_mask.shape()[3] == l.keys) || !(l.group * l.seq == l.rows) ||
+      !(view_scale.shape() == view_mask.shape()))
+    return std::nullopt;
+  // v is the B operand of [batch, rows, width, keys] against a contiguous A (the
+  // probabilities, [batch, rows, keys]).
+  if (view_v.rank() != 4 || !(view_v.shape()[0] == l.batch) || !(view_v.shape()[1] == l.rows) ||
+      !(view_v.shape()[3] == l.keys))
+    return std::nullopt;
+  l.width = view_v.shape()[2];
+  const ShapeTracker probs = ShapeTracker::contiguous({l.batch, l.rows, l.keys}).insert_broadcast(2, l.width);
+  auto out = cuda_gemm_layout(probs, view_v);
+  if (!out || out->b.copy || !small_constant(l.depth) || !small_constant(l.width)) return std::nullopt;
+  l.q = scores->a;
+  l.k = scores->b;
+  l.v = out->b;
+  if (!linear_view(view_mask, l.mask_offset, l.mask_strides) ||
+      !linear_view(view_scale, l.scale_offset, l.scale_strides))
+    return std::nullopt;
+  return l;
+}
+
+void register_attention_primitives(egraph::EGraph& eg) {
+  using egraph::Value;
+  using egraph::ValueKind;
+  // (cuda-attention ?scores-shape ?reduced-shape ?view-max ?view-sum ?minus-one ?log2e
+  //                 ?view-minus-one ?view-log2e ?view-q ?view-k ?view-probs ?view-v ?view-mask ?view-scale)
+  // The parts of rules/cuda_attention.egg's pattern that the rule language cannot say: the
+  // softmax's constants (-1 and log2 e in F32) read as scalars, its max and sum read back
+  // broadcast along the keys, the probabilities read contiguously as the product's A, and
+  // an operand layout the kernel takes (attention_layout).
+  eg.register_primitive("cuda-attention", [](std::span<const Value> a) -> std::optional<Value> {
+    if (a.size() != 14) return std::nullopt;
+    for (size_t i : {0, 1, 2, 3, 6, 7, 8, 9, 10, 11, 12, 13})
+      if (a[i].kind() != ValueKind::ExprList) return std::nullopt;
+    if (a[4].kind() != ValueKind::F64 || a[5].kind() != ValueKind::F64) return std::nullopt;
+    const auto scores = a[0].as_expr_list();
+    const auto reduced = a[1].as_expr_list();
+    if (scores.size() != 4 || reduced.size() != 3 || !std::equal(reduced.begin(), reduced.end(), scores.begin()))
+      return Value::boolean(false);
+    const Shape reduced_shape(reduced.begin(), reduced.end());
+    const bool constants = a[4].as_f64() == -1.0 &&
+                           static_cast<float>(a[5].as_f64()) == static_cast<float>(std::numbers::log2e) &&
+                           scalar_view(search::decode_view(a[6])) && scalar_view(search::decode_view(a[7]));
+    if (!constants || !reduction_broadcast(search::decode_view(a[2]), reduced_shape, scores[3]) ||
+        !reduction_broadcast(search::decode_view(a[3]), reduced_shape, scores[3]))
+      return Value::boolean(false);
+    const ShapeTracker view_probs = search::decode_view(a[10]), view_v = search::decode_view(a[11]);
+    auto out = cuda_gemm_layout(view_probs, view_v);
+    if (!out || out->a.copy || !out->a.copy_view.is_contiguous()) return Value::boolean(false);
+    const ShapeTracker view_mask = search::decode_view(a[12]);
+    if (view_mask.rank() != 4 || !std::equal(scores.begin(), scores.end(), view_mask.shape().begin()))
+      return Value::boolean(false);
+    return Value::boolean(attention_layout(search::decode_view(a[8]), search::decode_view(a[9]), view_v, view_mask,
+                                           search::decode_view(a[13]))
+                              .has_value());
+  });
+}
+
+}  // namespace luminal::cuda
