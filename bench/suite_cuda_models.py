@@ -428,7 +428,8 @@ def main():
         vt = v.get("tpot_ms")
         emit({"suite": "cuda", "case": f"{case}_decode_tpot_ctx512_variant", "variant": spec, "value": vt,
               "unit": "ms", "better": "lower", "fraction_of_floor": round(floor_ms / vt, 4) if vt else None,
-              "ttft_ms": v.get("ttft_ms"), "default_tpot_ms": tpot})
+              "ttft_ms": v.get("ttft_ms"), "default_tpot_ms": tpot, "compile_ms": v.get("compile_ms"),
+              "verification_rejections": v.get("verification_rejections")})
     compile_peer = peers.get("compile_s_torch")
     cold = ours.get("cold", {})
     cold_s = cold["compile_ms"] / 1e3 if cold.get("compile_ms") else None
