@@ -9,8 +9,9 @@
 // primitives do; only the order of the sums differs. A block of 256 threads takes one row:
 // three passes over the keys (the maximum, the sum, then the probabilities a chunk of 256 at
 // a time, each thread one key, and the chunk's product with v, threads over the output
-// columns), recomputing the scores each pass instead of keeping them, so that any number of
-// keys fits and nothing is allocated. A decode step's attention (4 query heads per kv head,
+// columns). Up to kAttnRowsCachedKeys keys the first pass keeps the scores in shared memory
+// (each thread its own keys, so no barrier guards them); past that each pass computes them
+// again, so that any number of keys fits and nothing is allocated. A decode step's attention (4 query heads per kv head,
 // ~500 keys) is the call it is for; the search measures it against the matmuls and the
 // softmax kernel on every other shape.
 //
@@ -26,6 +27,7 @@ namespace lk {
 
 constexpr int kAttnRowsThreads = 256;
 constexpr int kAttnRowsMaxDepth = 256;
+constexpr int kAttnRowsCachedKeys = 2048;
 
 __device__ __forceinline__ float nan_max(float a, float b) { return (b != b || b > a) ? b : a; }
 
@@ -86,6 +88,8 @@ __device__ __forceinline__ void attention_rows(const T* __restrict__ q, const T*
   __shared__ float scratch[32];
   __shared__ float probs[kAttnRowsThreads];
   __shared__ float partial[kAttnRowsThreads];
+  __shared__ float cached[kAttnRowsCachedKeys];
+  const bool cache = keys <= kAttnRowsCachedKeys;
   for (long long d = tid; d < depth; d += kAttnRowsThreads)
     q_row[d] = to_float(q[p[7] + b * p[8] + r * p[9] + d * p[10]]);
   __syncthreads();
@@ -107,13 +111,17 @@ __device__ __forceinline__ void attention_rows(const T* __restrict__ q, const T*
 
   // The maximum, then the sum of the exponentials.
   float mx = LK_NEG_INF;
-  for (long long j = tid; j < keys; j += kAttnRowsThreads) mx = nan_max(mx, row.score(j));
+  for (long long j = tid; j < keys; j += kAttnRowsThreads) {
+    const float f = row.score(j);
+    if (cache) cached[j] = f;
+    mx = nan_max(mx, f);
+  }
   mx = block_nan_max(mx, scratch);
   const float neg_max = __fmul_rn(mx, -1.0f);
   constexpr float kLog2e = 1.4426950408889634f;
   float sum = 0.0f;
   for (long long j = tid; j < keys; j += kAttnRowsThreads)
-    sum = __fadd_rn(sum, exp2f(__fmul_rn(__fadd_rn(row.score(j), neg_max), kLog2e)));
+    sum = __fadd_rn(sum, exp2f(__fmul_rn(__fadd_rn(cache ? cached[j] : row.score(j), neg_max), kLog2e)));
   sum = block_sum(sum, scratch);
   const float inv_sum = __frcp_rn(sum);
 
@@ -130,7 +138,7 @@ __device__ __forceinline__ void attention_rows(const T* __restrict__ q, const T*
     float pj = 0.0f;
     if (j < keys)
       pj = to_float(from_float<T>(
-          __fmul_rn(exp2f(__fmul_rn(__fadd_rn(row.score(j), neg_max), kLog2e)), inv_sum)));
+          __fmul_rn(exp2f(__fmul_rn(__fadd_rn(cache ? cached[j] : row.score(j), neg_max), kLog2e)), inv_sum)));
     __syncthreads();  // the chunk before is read
     probs[tid] = pj;
     __syncthreads();

@@ -366,7 +366,8 @@ TEST(CudaRuntime, AResidualIsAddedInTheMatmulsEpilogue) {
 // softmax in F32, probabilities rounded, times v) runs as one CudaAttention kernel
 // (rules/cuda_attention.egg). Against the reference: F16 and BF16, head dims 24 (scalar
 // loads of k) and 32 (16-byte loads), one new token over growing caches and several
-// tokens at once (the mask cuts rows off), NaN and infinities in the data; the program
+// tokens at once (the mask cuts rows off), 2100 keys (past what the kernel keeps in shared
+// memory: scores computed again), NaN and infinities in the data; the program
 // keeps no matmul and no reduction besides the one op.
 TEST(CudaRuntime, AttentionRunsAsOneKernel) {
   LUMINAL_REQUIRE_GPU();
@@ -429,7 +430,7 @@ TEST(CudaRuntime, AttentionRunsAsOneKernel) {
       DeviceAndReference both(*chosen, m);
       uint32_t seed = 80;
       using Dims = std::vector<std::pair<int64_t, int64_t>>;  // (p, s)
-      const Dims dims = emulated ? Dims{{5, 1}, {6, 1}, {2, 3}} : Dims{{5, 1}, {6, 1}, {40, 1}, {300, 1}, {2, 3}, {0, 7}, {41, 1}};
+      const Dims dims = emulated ? Dims{{5, 1}, {6, 1}, {2, 3}} : Dims{{5, 1}, {6, 1}, {40, 1}, {300, 1}, {2, 3}, {0, 7}, {2100, 1}, {41, 1}};
       for (bool specials : {false, true})
         for (auto [past, seq] : dims) {
           const DimMap at{{"p", past}, {"s", seq}};
