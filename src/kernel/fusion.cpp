@@ -251,21 +251,31 @@ bool reads_through_outer_broadcast(const Node& consumer, NodeId producer) {
 // Constant): copied into every fused region that reads it instead of being a kernel of its
 // own whose buffer the regions load. Inside, a `where`'s gather index (Iota + Bool * n) is
 // seen for what it is and lowers to a select; loaded from a buffer, it stays a gather.
-// With FuseOptions::recompute_index_regions, an input-free Fused region of index
-// arithmetic is one too (inlined into each reader).
-bool index_region(const Node& n) {
-  if (n.op != OpKind::BackendOp || !n.backend || n.backend->name != "Fused" || !n.inputs.empty()) return false;
+// With FuseOptions::recompute_index_regions, a Fused region of index arithmetic is one too
+// (inlined into each reader): its inputs, if any, are Iotas and Constants read whole (the
+// program keeps a shared Iota as a node of its own, which the region then reads: a KV-cache
+// append's write positions, one region for every layer's K and V scatter).
+bool index_region(const Graph& program, const Node& n) {
+  if (n.op != OpKind::BackendOp || !n.backend || n.backend->name != "Fused") return false;
+  for (const auto& in : n.inputs) {
+    const Node& p = program.node(in.node);
+    if ((p.op != OpKind::Iota && p.op != OpKind::Constant) || !p.inputs.empty() || p.updates != kNoNode ||
+        !in.view.is_contiguous() || !(in.view.shape() == p.shape))
+      return false;
+  }
   for (const Node& sn : fused_region(n)->graph.nodes())
     switch (sn.op) {
-      case OpKind::Iota: case OpKind::Constant: case OpKind::Add: case OpKind::Mul: case OpKind::Mod:
-      case OpKind::LessThan: case OpKind::Cast: case OpKind::Output: break;
+      case OpKind::Input: case OpKind::Iota: case OpKind::Constant: case OpKind::Add: case OpKind::Mul:
+      case OpKind::Mod: case OpKind::LessThan: case OpKind::Cast: case OpKind::Output: break;
       default: return false;
     }
   return true;
 }
-bool recomputed_leaf(const Node& n, const FuseOptions& o) {
-  if (n.updates != kNoNode || !n.inputs.empty()) return false;
-  return n.op == OpKind::Iota || n.op == OpKind::Constant || (o.recompute_index_regions && index_region(n));
+bool recomputed_leaf(const Graph& program, NodeId id, const FuseOptions& o) {
+  const Node& n = program.node(id);
+  if (n.updates != kNoNode) return false;
+  if (n.op == OpKind::Iota || n.op == OpKind::Constant) return n.inputs.empty();
+  return o.recompute_index_regions && index_region(program, n);
 }
 
 // A reduction, or a Fused region holding one.
@@ -375,9 +385,16 @@ std::optional<Region> group_region(const Graph& program, const std::vector<NodeI
     inside[m] = *result;
     return true;
   };
+  // Copied leaves first, each after the leaves it reads (an index region's Iotas).
+  std::function<bool(NodeId)> add_copied = [&](NodeId p) {
+    if (inside.count(p)) return true;
+    for (const auto& in : program.node(p).inputs)
+      if (!add_copied(in.node)) return false;
+    return add(p);
+  };
   for (NodeId m : members)
     for (const auto& in : program.node(m).inputs)
-      if (copied(in.node) && !inside.count(in.node) && !add(in.node)) return std::nullopt;
+      if (copied(in.node) && !add_copied(in.node)) return std::nullopt;
   for (NodeId m : members)
     if (!add(m)) return std::nullopt;
   Node out;
@@ -430,8 +447,12 @@ Graph fuse_program(const Graph& program, std::vector<NodeId>& old_to_new, const 
   // each reader's region (group_region); it runs only if some reader is not fused.
   // recomputed_leaf once per node: an index region's test parses its region text.
   std::vector<char> leaf(n);
-  for (NodeId i = 0; i < n; ++i) leaf[i] = recomputed_leaf(program.node(i), options);
-  auto lone_leaf = [&](NodeId p) { return leaf[p] && group[p] == p; };
+  for (NodeId i = 0; i < n; ++i) leaf[i] = recomputed_leaf(program, i, options);
+  // (An Iota that only an index region reads joined that region's group: it is as alone.)
+  auto lone_leaf = [&](NodeId p) {
+    const NodeId g = group[p];
+    return leaf[p] && (g == p || (g != kNoNode && leaf[g] && group[g] == g));
+  };
   // Each group of two or more nodes (copied leaves count) becomes one Fused node when it
   // lowers to one kernel.
   std::unordered_map<NodeId, std::pair<Region, std::vector<NodeId>>> fused;  // root -> region, externals
@@ -449,16 +470,20 @@ Graph fuse_program(const Graph& program, std::vector<NodeId>& old_to_new, const 
     }
     fused.emplace(root, std::make_pair(std::move(*r), std::move(externals)));
   }
-  // A lone leaf whose readers all became Fused nodes (each holding a copy) is dropped.
+  // A lone leaf whose readers all became Fused nodes (each holding a copy), or are leaves
+  // dropped themselves, is dropped (readers come after what they read).
   auto fused_reader = [&](NodeId c) { return group[c] != kNoNode && fused.count(group[c]) > 0; };
+  std::vector<char> dropped(n, 0);
+  for (NodeId i = n; i-- > 0;)
+    dropped[i] = lone_leaf(i) && !consumers[i].empty() &&
+                 std::all_of(consumers[i].begin(), consumers[i].end(), [&](NodeId c) { return fused_reader(c) || dropped[c]; });
   Graph out;
   old_to_new.assign(n, kNoNode);
   for (NodeId i = 0; i < n; ++i) {
     const Node& node = program.node(i);
     auto f = fused.find(i);
     if (f == fused.end() && group[i] != kNoNode && group[i] != i && fused.count(group[i])) continue;  // absorbed
-    if (lone_leaf(i) && !consumers[i].empty() && std::all_of(consumers[i].begin(), consumers[i].end(), fused_reader))
-      continue;  // copied into every reader
+    if (dropped[i]) continue;  // copied into every reader
     if (f == fused.end()) {
       Node copy = node;
       for (auto& in : copy.inputs) in.node = old_to_new.at(in.node);

@@ -821,6 +821,73 @@ TEST(KernelFused, ScattersComputeTheirRowsAndIndexesWhenAsked) {
     }
 }
 
+// The index region as the 8B model's extraction hands it over: a Fused region reading
+// Iota nodes the program shares (one set of write positions for every layer's K and V
+// scatter). It is still index arithmetic: with FuseOptions it and the Iotas it reads are
+// copied into each scatter's kernel, and neither runs as a kernel of its own (they did, a
+// kernel a layer, until session 22).
+TEST(KernelFused, IndexRegionsReadingSharedIotasAreCopiedIntoTheirReaders) {
+  const Expression p = Expression::var("p"), s = Expression::var("s");
+  const Shape rows{s, 2, 4}, cache{16, 2, 4};
+  Graph g;
+  const NodeId k_cache = add_input(g, DType::F32, cache), v_cache = add_input(g, DType::F32, cache);
+  const NodeId k = add_input(g, DType::F32, rows), v = add_input(g, DType::F32, rows);
+  auto iota = [&](const Expression& value) {
+    Node n;
+    n.op = OpKind::Iota;
+    n.dtype = DType::I32;
+    n.shape = rows;
+    n.iota_expr = value;
+    return g.add_node(std::move(n));
+  };
+  const NodeId position = iota(p + Expression::index() / 8), zero = iota(Expression(0));
+  Region index_region;
+  {
+    Graph& r = index_region.graph;
+    const NodeId a = add_input(r, DType::I32, rows), b = add_input(r, DType::I32, rows);
+    add_output(r, add_op(r, OpKind::Add, DType::I32, rows,
+                         {{a, ShapeTracker::contiguous(rows)}, {b, ShapeTracker::contiguous(rows)}}));
+  }
+  Node fused;
+  fused.op = OpKind::BackendOp;
+  fused.dtype = DType::I32;
+  fused.shape = rows;
+  auto call = std::make_shared<BackendOpCall>();
+  call->name = "Fused";
+  call->attrs = {serialize(index_region)};
+  fused.backend = std::move(call);
+  fused.inputs = {{position, ShapeTracker::contiguous(rows)}, {zero, ShapeTracker::contiguous(rows)}};
+  const NodeId index = g.add_node(std::move(fused));
+  for (auto [dest, src] : {std::pair{k_cache, k}, {v_cache, v}})
+    add_output(g, add_op(g, OpKind::Scatter, DType::F32, cache,
+                         {{dest, ShapeTracker::contiguous(cache)}, {index, ShapeTracker::contiguous(rows)},
+                          {src, ShapeTracker::contiguous(rows)}},
+                         0));
+  FuseOptions options;
+  options.scatter_roots = true;
+  options.recompute_index_regions = true;
+  std::vector<NodeId> map;
+  const Graph out = fuse_program(g, map, options);
+  int kernels = 0;
+  for (const Node& n : out.nodes()) {
+    EXPECT_NE(n.op, OpKind::Iota) << "a shared Iota still runs on its own";
+    EXPECT_NE(n.op, OpKind::Scatter) << "a scatter runs without its index";
+    if (n.op != OpKind::BackendOp) continue;
+    ++kernels;
+    auto lowered = lower(*fused_region(n));
+    ASSERT_TRUE(lowered) << "a scatter region does not lower";
+    const Graph& sg = fused_region(n)->graph;
+    EXPECT_TRUE(std::any_of(sg.nodes().begin(), sg.nodes().end(), [](const Node& m) { return m.op == OpKind::Scatter; }));
+  }
+  EXPECT_EQ(kernels, 2) << "one kernel per scatter, none for the index";
+  // Without the option the index region and its Iotas keep their kernels.
+  std::vector<NodeId> plain_map;
+  FuseOptions scatter_only;
+  scatter_only.scatter_roots = true;
+  const Graph plain = fuse_program(g, plain_map, scatter_only);
+  EXPECT_NE(plain_map[index], kNoNode);
+}
+
 TEST(KernelFused, FuseBuildsRegionsStepByStep) {
   auto node = [](OpKind op, Shape shape, int axis = -1) {
     Node n;
