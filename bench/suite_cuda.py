@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """scripts/bench cuda (or scripts/gpu): issue 10's benchmark case 1, BF16 linear layers
-(and case 2: the RMSNorm and softmax rows, and an elementwise chain compiled by the search,
+(and case 2: the RMSNorm and softmax rows, hand-written and compiled by the search, and an
+elementwise chain compiled by the search,
 backends/cuda/bench/elementwise_cuda),
 luminal's CUDA kernels and cuBLASLt (backends/cuda/bench/suite_cuda_linear) against PyTorch
 in the same run: eager, eager replayed from a CUDA graph, and torch.compile. Every peer
@@ -246,12 +247,23 @@ def main():
 
 
 def elementwise_case(binary, quick, deadline):
-    """Case 2's elementwise chain: luminal's compiled program (elementwise_cuda) and its peers."""
+    """Case 2 through the compiler: the elementwise chain, then softmax and RMSNorm (the rows
+    the hand-written kernels also run), each luminal's compiled program (elementwise_cuda)
+    against its peers."""
+    status = 0
+    for op in ("chain", "softmax", "rmsnorm"):
+        status = compiled_case(binary, quick, deadline, op) or status
+    return status
+
+
+def compiled_case(binary, quick, deadline, op):
     if not binary.exists():
-        emit({"suite": "cuda", "case": "elementwise_chain", "status": "failed", "error": f"{binary} not built"})
+        emit({"suite": "cuda", "case": f"compiled_{op}", "status": "failed", "error": f"{binary} not built"})
         return 1
     rows = cols = 1024 if quick else 4096
-    proc = subprocess.run([str(binary), "--rows", str(rows), "--cols", str(cols)], capture_output=True, text=True)
+    copies = 3
+    proc = subprocess.run([str(binary), "--op", op, "--rows", str(rows), "--cols", str(cols), "--copies", str(copies)],
+                          capture_output=True, text=True)
     line = None
     for raw in proc.stdout.splitlines():
         try:
@@ -260,11 +272,14 @@ def elementwise_case(binary, quick, deadline):
             print(raw, file=sys.stderr)
     if line is None:
         print(proc.stderr, file=sys.stderr)
-        emit({"suite": "cuda", "case": "elementwise_chain", "status": "failed", "error": f"exit {proc.returncode}"})
+        emit({"suite": "cuda", "case": f"compiled_{op}", "status": "failed", "error": f"exit {proc.returncode}"})
         return 1
     if "value" in line:
         try:
-            peers, notes = torch_elementwise_peers(rows, cols, deadline)
+            if op == "chain":
+                peers, notes = torch_elementwise_peers(rows, cols, deadline)
+            else:
+                peers, notes = torch_row_peers(op, rows, cols, copies, deadline)
             line["peers"] = {k: round(v, 3) for k, v in peers.items()}
             line["ratio_vs_best_peer"] = round(min(peers.values()) / line["value"], 4) if line["value"] else None
             if notes:
