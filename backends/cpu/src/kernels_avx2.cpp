@@ -39,20 +39,22 @@ struct Vec {
 
 #include "kernels_common.inc"
 
-void micro(int64_t kc, const float* a, const float* b, float* c, int64_t ldc, bool accumulate) {
+// The first R rows of a micro-tile (R = kMr: the whole tile); the A panel keeps its kMr stride.
+template <int R>
+void micro_n(int64_t kc, const float* a, const float* b, float* c, int64_t ldc, bool accumulate) {
   // Fetch the C tile while the k loop runs, and B eight steps ahead (as in the AVX-512 kernel).
 #pragma GCC unroll 6
-  for (int r = 0; r < kMr; ++r) _mm_prefetch(reinterpret_cast<const char*>(c + r * ldc), _MM_HINT_T0);
-  __m256 acc[kMr][2];
+  for (int r = 0; r < R; ++r) _mm_prefetch(reinterpret_cast<const char*>(c + r * ldc), _MM_HINT_T0);
+  __m256 acc[R][2];
 #pragma GCC unroll 6
-  for (int r = 0; r < kMr; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
+  for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
 #pragma GCC unroll 4
   for (int64_t p = 0; p < kc; ++p) {
     _mm_prefetch(reinterpret_cast<const char*>(b + 8 * kNr), _MM_HINT_T0);
     const __m256 b0 = _mm256_load_ps(b);
     const __m256 b1 = _mm256_load_ps(b + 8);
 #pragma GCC unroll 6
-    for (int r = 0; r < kMr; ++r) {
+    for (int r = 0; r < R; ++r) {
       const __m256 av = _mm256_broadcast_ss(a + r);
       acc[r][0] = _mm256_fmadd_ps(av, b0, acc[r][0]);
       acc[r][1] = _mm256_fmadd_ps(av, b1, acc[r][1]);
@@ -61,7 +63,7 @@ void micro(int64_t kc, const float* a, const float* b, float* c, int64_t ldc, bo
     b += kNr;
   }
 #pragma GCC unroll 6
-  for (int r = 0; r < kMr; ++r) {
+  for (int r = 0; r < R; ++r) {
     float* cr = c + r * ldc;
     if (accumulate) {
       acc[r][0] = _mm256_add_ps(acc[r][0], _mm256_loadu_ps(cr));
@@ -72,10 +74,27 @@ void micro(int64_t kc, const float* a, const float* b, float* c, int64_t ldc, bo
   }
 }
 
+void micro(int64_t kc, const float* a, const float* b, float* c, int64_t ldc, bool accumulate) {
+  micro_n<kMr>(kc, a, b, c, ldc, accumulate);
+}
+
+void micro_rows(int64_t rows, int64_t kc, const float* a, const float* b, float* c, int64_t ldc, bool accumulate) {
+  static_assert(kMr == 6, "one case per row count below kMr");
+  switch (rows) {
+    case 1: return micro_n<1>(kc, a, b, c, ldc, accumulate);
+    case 2: return micro_n<2>(kc, a, b, c, ldc, accumulate);
+    case 3: return micro_n<3>(kc, a, b, c, ldc, accumulate);
+    case 4: return micro_n<4>(kc, a, b, c, ldc, accumulate);
+    case 5: return micro_n<5>(kc, a, b, c, ldc, accumulate);
+    default: return micro_n<kMr>(kc, a, b, c, ldc, accumulate);
+  }
+}
+
 }  // namespace
 
 const Kernels& avx2_kernels() {
-  static const Kernels table{Isa::Avx2, kMr, kNr, 384, micro, convert_any, gemv_rows, gemv_cols, epilogue, nullptr};
+  static const Kernels table{Isa::Avx2, kMr, kNr, 384, micro, convert_any, gemv_rows, gemv_cols, epilogue,
+                             micro_rows};
   return table;
 }
 
