@@ -146,9 +146,14 @@ int64_t packed_block_offset(const GemmArgs& g, int64_t nr, int64_t jc, int64_t p
 bool b_shared_by_batches(const GemmArgs& g) { return g.batch == 1 || g.b_batch_stride == 0; }
 
 // Panel of A rows [i0, i0 + mv) over depth [pc, pc + kc): dst[p * MR + r].
-void pack_a_panel(int64_t mr, const GemmArgs& g, int64_t batch, int64_t pc, int64_t kc, int64_t i0, int64_t mv,
-                  float* dst) {
+void pack_a_panel(const detail::Kernels& kern, const GemmArgs& g, int64_t batch, int64_t pc, int64_t kc, int64_t i0,
+                  int64_t mv, float* dst) {
+  const int64_t mr = kern.mr;
   const float* a = g.a + batch * g.a_batch_stride;
+  if (g.a_col_stride == 1 && kern.pack_a != nullptr) {
+    kern.pack_a(mv, kc, a + i0 * g.a_row_stride + pc, g.a_row_stride, dst);
+    return;
+  }
   if (g.a_col_stride == 1) {
     for (int64_t r = 0; r < mr; ++r) {
       if (r < mv) {
@@ -220,7 +225,7 @@ void gemm_prepacked(const detail::Kernels& kern, const GemmArgs& g, const Packed
     for (int64_t item = begin; item < end; ++item) {
       const int64_t bi = item / (depth_blocks * m_panels), s = item % m_panels;
       const int64_t pc = item / m_panels % depth_blocks * depth_block, kc = std::min(depth_block, g.k - pc);
-      pack_a_panel(mr, g, bi, pc, kc, s * mr, std::min(mr, g.m - s * mr),
+      pack_a_panel(kern, g, bi, pc, kc, s * mr, std::min(mr, g.m - s * mr),
                    packed_a + bi * a_floats + pc * m_panels * mr + s * kc * mr);
     }
   });
@@ -320,7 +325,7 @@ void gemm_blocked(const detail::Kernels& kern, const GemmArgs& g, ThreadPool& po
               pack_b_item(kern, g, bp, b0 + bi, pc, kc, jc, nc, x, packed_b + bi * b_floats);
             } else {
               const int64_t bi = (item - b_items) / m_panels, s = (item - b_items) % m_panels;
-              pack_a_panel(mr, g, b0 + bi, pc, kc, s * mr, std::min(mr, g.m - s * mr),
+              pack_a_panel(kern, g, b0 + bi, pc, kc, s * mr, std::min(mr, g.m - s * mr),
                            packed_a + bi * a_floats + s * kc * mr);
             }
           }
