@@ -146,9 +146,14 @@ int64_t packed_block_offset(const GemmArgs& g, int64_t nr, int64_t jc, int64_t p
 bool b_shared_by_batches(const GemmArgs& g) { return g.batch == 1 || g.b_batch_stride == 0; }
 
 // Panel of A rows [i0, i0 + mv) over depth [pc, pc + kc): dst[p * MR + r].
-void pack_a_panel(int64_t mr, const GemmArgs& g, int64_t batch, int64_t pc, int64_t kc, int64_t i0, int64_t mv,
-                  float* dst) {
+void pack_a_panel(const detail::Kernels& kern, const GemmArgs& g, int64_t batch, int64_t pc, int64_t kc, int64_t i0,
+                  int64_t mv, float* dst) {
+  const int64_t mr = kern.mr;
   const float* a = g.a + batch * g.a_batch_stride;
+  if (g.a_col_stride == 1 && kern.pack_a != nullptr) {
+    kern.pack_a(mv, kc, a + i0 * g.a_row_stride + pc, g.a_row_stride, dst);
+    return;
+  }
   if (g.a_col_stride == 1) {
     for (int64_t r = 0; r < mr; ++r) {
       if (r < mv) {
@@ -169,6 +174,108 @@ void pack_a_panel(int64_t mr, const GemmArgs& g, int64_t batch, int64_t pc, int6
 
 bool has_epilogue(const GemmArgs& g) { return g.bias != nullptr || g.epilogue != Epilogue::None; }
 
+// One tile (mv rows, nv columns) of C over a depth block of packed panels:
+// C = (first ? 0 : C) + A B, then the epilogue when this is the last depth block. A tile
+// narrower than the panel is computed into `tile` (mr x nr floats) and copied.
+void run_tile(const detail::Kernels& kern, const GemmArgs& g, int64_t mv, int64_t j, int64_t nv, int64_t kc,
+              const float* a_panel, const float* b_panel, float* c_tile, bool first, bool last, float* tile) {
+  const int64_t mr = kern.mr, nr = kern.nr;
+  if (mv == mr && nv == nr) {
+    kern.micro(kc, a_panel, b_panel, c_tile, g.c_row_stride, !first);
+  } else if (nv == nr && kern.micro_rows != nullptr) {
+    kern.micro_rows(mv, kc, a_panel, b_panel, c_tile, g.c_row_stride, !first);
+  } else {
+    kern.micro(kc, a_panel, b_panel, tile, nr, false);
+    for (int64_t r = 0; r < mv; ++r) {
+      float* dst = c_tile + r * g.c_row_stride;
+      const float* src = tile + r * nr;
+      for (int64_t x = 0; x < nv; ++x) dst[x] = first ? src[x] : dst[x] + src[x];
+    }
+  }
+  if (last && has_epilogue(g)) {
+    for (int64_t r = 0; r < mv; ++r) {
+      kern.epilogue(c_tile + r * g.c_row_stride, nv, g.bias ? g.bias + j : nullptr, g.epilogue);
+    }
+  }
+}
+
+// g.packed_b where it fits these arguments and this kernel table, else null.
+const PackedB* usable_packed_b(const detail::Kernels& kern, const GemmArgs& g) {
+  const PackedB* pre = g.packed_b;
+  if (pre != nullptr && (pre->isa != kern.isa || pre->k != g.k || pre->n != g.n || !b_shared_by_batches(g)))
+    return nullptr;
+  return pre;
+}
+
+// B packed beforehand (a weight): A is packed whole, every depth block at once, and the
+// product is then one parallel region, where packing per depth block joins the pool twice
+// per block (a join waits for the slowest thread, and a neighbour on a shared machine makes
+// that often). Tasks cover (batch, block of rows, range of B panels) and run every depth
+// block over their tiles in turn, the B panel outer so it stays in L1 while the A panels
+// stream from L2. Weights larger than the L3 stream from memory: while a B panel is in use,
+// the next one the task needs is fetched into L2, a slice per row panel.
+void gemm_prepacked(const detail::Kernels& kern, const GemmArgs& g, const PackedB& pre, ThreadPool& pool) {
+  const int64_t mr = kern.mr, nr = kern.nr, depth_block = kern.kc;
+  const int64_t m_panels = ceil_div(g.m, mr);
+  // Batch bi's depth block at pc keeps panel s at packed_a[bi * a_floats + pc * m_panels * mr + s * kc * mr].
+  const int64_t a_floats = m_panels * mr * g.k;
+  const int64_t depth_blocks = ceil_div(g.k, depth_block);
+  float* packed_a = workspace(static_cast<size_t>(g.batch * a_floats));
+  pool.parallel_for(0, g.batch * depth_blocks * m_panels, 4, [&](int64_t begin, int64_t end) {
+    for (int64_t item = begin; item < end; ++item) {
+      const int64_t bi = item / (depth_blocks * m_panels), s = item % m_panels;
+      const int64_t pc = item / m_panels % depth_blocks * depth_block, kc = std::min(depth_block, g.k - pc);
+      pack_a_panel(kern, g, bi, pc, kc, s * mr, std::min(mr, g.m - s * mr),
+                   packed_a + bi * a_floats + pc * m_panels * mr + s * kc * mr);
+    }
+  });
+  const int64_t mc = std::max<int64_t>(mr, kMcRows / mr * mr);
+  const int64_t m_blocks = ceil_div(m_panels, mc / mr);  // of equal size, as in gemm_blocked
+  const int64_t n_panels = ceil_div(g.n, nr);
+  // Enough tasks to balance the pool, each at least 4 B panels wide.
+  const int64_t want = 4 * static_cast<int64_t>(pool.num_threads());
+  const int64_t n_splits =
+      std::clamp<int64_t>(ceil_div(want, g.batch * m_blocks), 1, std::max<int64_t>(1, n_panels / 4));
+  const int64_t panels_per_split = ceil_div(n_panels, n_splits);
+  // Where panel q (columns from q * nr) of the depth block at pc starts.
+  auto b_panel = [&](int64_t q, int64_t pc) {
+    const int64_t j = q * nr, jc = j / kNc * kNc;
+    return pre.panels.get() + packed_block_offset(g, nr, jc, pc) + (j - jc) * std::min(depth_block, g.k - pc);
+  };
+  pool.parallel_for(0, g.batch * m_blocks * n_splits, 1, [&](int64_t begin, int64_t end) {
+    alignas(64) float tile[16 * 64];
+    LUMINAL_ASSERT(mr * nr <= 16 * 64, "micro-tile larger than the edge buffer");
+    for (int64_t task = begin; task < end; ++task) {
+      const int64_t bi = task / (m_blocks * n_splits);
+      const int64_t ib = task / n_splits % m_blocks, split = task % n_splits;
+      const int64_t q_begin = split * panels_per_split, q_end = std::min(n_panels, q_begin + panels_per_split);
+      const int64_t s_begin = ib * m_panels / m_blocks, s_end = (ib + 1) * m_panels / m_blocks;
+      const float* a_batch = packed_a + bi * a_floats;
+      float* c = g.c + bi * g.c_batch_stride;
+      for (int64_t pc = 0; pc < g.k; pc += depth_block) {
+        const int64_t kc = std::min(depth_block, g.k - pc);
+        const bool first = pc == 0, last = pc + kc == g.k;
+        for (int64_t q = q_begin; q < q_end; ++q) {
+          const int64_t j = q * nr, nv = std::min(nr, g.n - j);
+          const float* panel = b_panel(q, pc);
+          // The panel after this one: the next column panel, or the task's first of the next depth block.
+          const bool more = q + 1 < q_end || pc + kc < g.k;
+          const float* next = q + 1 < q_end ? b_panel(q + 1, pc) : more ? b_panel(q_begin, pc + kc) : nullptr;
+          const int64_t next_lines = more ? (q + 1 < q_end ? kc : std::min(depth_block, g.k - pc - kc)) * nr / 16 : 0;
+          const int64_t lines_per_tile = ceil_div(next_lines, s_end - s_begin);
+          for (int64_t s = s_begin; s < s_end; ++s) {
+            const int64_t l_begin = (s - s_begin) * lines_per_tile, l_end = std::min(next_lines, l_begin + lines_per_tile);
+            for (int64_t l = l_begin; l < l_end; ++l) __builtin_prefetch(next + l * 16, 0, 2);  // 16 floats a line
+            const int64_t i = s * mr;
+            run_tile(kern, g, std::min(mr, g.m - i), j, nv, kc, a_batch + pc * m_panels * mr + s * kc * mr, panel,
+                     c + i * g.c_row_stride + j, first, last, tile);
+          }
+        }
+      }
+    }
+  });
+}
+
 void gemm_blocked(const detail::Kernels& kern, const GemmArgs& g, ThreadPool& pool) {
   const int64_t mr = kern.mr, nr = kern.nr;
   const int64_t mc = std::max<int64_t>(mr, kMcRows / mr * mr);
@@ -182,9 +289,11 @@ void gemm_blocked(const detail::Kernels& kern, const GemmArgs& g, ThreadPool& po
   const int64_t kc_max = std::min(depth_block, g.k);
   const int64_t nc_max = round_up(std::min(kNc, g.n), nr);
   const int64_t a_floats = round_up(m_panels * mr * kc_max, 16);  // keeps B panels 64-byte aligned
-  const PackedB* pre = g.packed_b;
-  if (pre != nullptr && (pre->isa != kern.isa || pre->k != g.k || pre->n != g.n || !b_shared_by_batches(g)))
-    pre = nullptr;
+  const PackedB* pre = usable_packed_b(kern, g);
+  if (pre != nullptr && static_cast<int64_t>(sizeof(float)) * g.batch * m_panels * mr * g.k <= kPackBudget) {
+    gemm_prepacked(kern, g, *pre, pool);
+    return;
+  }
   const int64_t b_floats = pre != nullptr ? 0 : kc_max * nc_max;
   const int64_t per_batch = (a_floats + (b_broadcast ? 0 : b_floats)) * int64_t{sizeof(float)};
   const int64_t group = std::clamp<int64_t>(kPackBudget / std::max<int64_t>(per_batch, 1), 1, g.batch);
@@ -216,7 +325,7 @@ void gemm_blocked(const detail::Kernels& kern, const GemmArgs& g, ThreadPool& po
               pack_b_item(kern, g, bp, b0 + bi, pc, kc, jc, nc, x, packed_b + bi * b_floats);
             } else {
               const int64_t bi = (item - b_items) / m_panels, s = (item - b_items) % m_panels;
-              pack_a_panel(mr, g, b0 + bi, pc, kc, s * mr, std::min(mr, g.m - s * mr),
+              pack_a_panel(kern, g, b0 + bi, pc, kc, s * mr, std::min(mr, g.m - s * mr),
                            packed_a + bi * a_floats + s * kc * mr);
             }
           }
@@ -239,25 +348,8 @@ void gemm_blocked(const detail::Kernels& kern, const GemmArgs& g, ThreadPool& po
               for (int64_t s = s_begin; s < s_end; ++s) {
                 const int64_t i = s * mr, mv = std::min(mr, g.m - i);
                 float* c_tile = c + i * g.c_row_stride + j;
-                const float* a_panel = a_block + s * kc * mr;
-                const float* b_panel = b_block + q * kc * nr;
-                if (mv == mr && nv == nr) {
-                  kern.micro(kc, a_panel, b_panel, c_tile, g.c_row_stride, !first);
-                } else if (nv == nr && kern.micro_rows != nullptr) {
-                  kern.micro_rows(mv, kc, a_panel, b_panel, c_tile, g.c_row_stride, !first);
-                } else {
-                  kern.micro(kc, a_panel, b_panel, tile, nr, false);
-                  for (int64_t r = 0; r < mv; ++r) {
-                    float* dst = c_tile + r * g.c_row_stride;
-                    const float* src = tile + r * nr;
-                    for (int64_t x = 0; x < nv; ++x) dst[x] = first ? src[x] : dst[x] + src[x];
-                  }
-                }
-                if (last && has_epilogue(g)) {
-                  for (int64_t r = 0; r < mv; ++r) {
-                    kern.epilogue(c_tile + r * g.c_row_stride, nv, g.bias ? g.bias + j : nullptr, g.epilogue);
-                  }
-                }
+                run_tile(kern, g, mv, j, nv, kc, a_block + s * kc * mr, b_block + q * kc * nr, c_tile, first, last,
+                         tile);
               }
             }
           }

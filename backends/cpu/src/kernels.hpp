@@ -36,6 +36,9 @@ struct Kernels {
   // last row panel of an m that mr does not divide (m = 64: 4 rows of a 12-row panel) costs
   // its own rows, not a whole tile computed into a buffer. Null: `micro` and a buffer.
   void (*micro_rows)(int64_t rows, int64_t kc, const float* a, const float* b, float* c, int64_t ldc, bool accumulate);
+  // The A panel of rows [0, mv) (mv <= mr; row r at a + r * lda, contiguous over kc steps):
+  // dst[p * mr + r], zero for rows >= mv. Null: the driver's scalar loop.
+  void (*pack_a)(int64_t mv, int64_t kc, const float* a, int64_t lda, float* dst) = nullptr;
 };
 
 inline constexpr int kMaxDepthBlock = 512;

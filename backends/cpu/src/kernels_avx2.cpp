@@ -39,20 +39,22 @@ struct Vec {
 
 #include "kernels_common.inc"
 
-void micro(int64_t kc, const float* a, const float* b, float* c, int64_t ldc, bool accumulate) {
+// The first R rows of a micro-tile (R = kMr: the whole tile); the A panel keeps its kMr stride.
+template <int R>
+void micro_n(int64_t kc, const float* a, const float* b, float* c, int64_t ldc, bool accumulate) {
   // Fetch the C tile while the k loop runs, and B eight steps ahead (as in the AVX-512 kernel).
 #pragma GCC unroll 6
-  for (int r = 0; r < kMr; ++r) _mm_prefetch(reinterpret_cast<const char*>(c + r * ldc), _MM_HINT_T0);
-  __m256 acc[kMr][2];
+  for (int r = 0; r < R; ++r) _mm_prefetch(reinterpret_cast<const char*>(c + r * ldc), _MM_HINT_T0);
+  __m256 acc[R][2];
 #pragma GCC unroll 6
-  for (int r = 0; r < kMr; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
+  for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
 #pragma GCC unroll 4
   for (int64_t p = 0; p < kc; ++p) {
     _mm_prefetch(reinterpret_cast<const char*>(b + 8 * kNr), _MM_HINT_T0);
     const __m256 b0 = _mm256_load_ps(b);
     const __m256 b1 = _mm256_load_ps(b + 8);
 #pragma GCC unroll 6
-    for (int r = 0; r < kMr; ++r) {
+    for (int r = 0; r < R; ++r) {
       const __m256 av = _mm256_broadcast_ss(a + r);
       acc[r][0] = _mm256_fmadd_ps(av, b0, acc[r][0]);
       acc[r][1] = _mm256_fmadd_ps(av, b1, acc[r][1]);
@@ -61,7 +63,7 @@ void micro(int64_t kc, const float* a, const float* b, float* c, int64_t ldc, bo
     b += kNr;
   }
 #pragma GCC unroll 6
-  for (int r = 0; r < kMr; ++r) {
+  for (int r = 0; r < R; ++r) {
     float* cr = c + r * ldc;
     if (accumulate) {
       acc[r][0] = _mm256_add_ps(acc[r][0], _mm256_loadu_ps(cr));
@@ -72,10 +74,79 @@ void micro(int64_t kc, const float* a, const float* b, float* c, int64_t ldc, bo
   }
 }
 
+void micro(int64_t kc, const float* a, const float* b, float* c, int64_t ldc, bool accumulate) {
+  micro_n<kMr>(kc, a, b, c, ldc, accumulate);
+}
+
+void micro_rows(int64_t rows, int64_t kc, const float* a, const float* b, float* c, int64_t ldc, bool accumulate) {
+  static_assert(kMr == 6, "one case per row count below kMr");
+  switch (rows) {
+    case 1: return micro_n<1>(kc, a, b, c, ldc, accumulate);
+    case 2: return micro_n<2>(kc, a, b, c, ldc, accumulate);
+    case 3: return micro_n<3>(kc, a, b, c, ldc, accumulate);
+    case 4: return micro_n<4>(kc, a, b, c, ldc, accumulate);
+    case 5: return micro_n<5>(kc, a, b, c, ldc, accumulate);
+    default: return micro_n<kMr>(kc, a, b, c, ldc, accumulate);
+  }
+}
+
+// A panel of rows [0, mv) of A (row r at a + r * lda, contiguous over p < kc):
+// dst[p * kMr + r], zero for r >= mv. Eight columns at a time are transposed in registers
+// (the scalar loop wrote one float per cycle or less, strided).
+void pack_a(int64_t mv, int64_t kc, const float* a, int64_t lda, float* dst) {
+  static_assert(kMr == 6, "the transpose below writes six rows");
+  int64_t p = 0;
+  if (mv == kMr) {
+    for (; p + 8 <= kc; p += 8) {
+      const float* src = a + p;
+      const __m256 r0 = _mm256_loadu_ps(src), r1 = _mm256_loadu_ps(src + lda);
+      const __m256 r2 = _mm256_loadu_ps(src + 2 * lda), r3 = _mm256_loadu_ps(src + 3 * lda);
+      const __m256 r4 = _mm256_loadu_ps(src + 4 * lda), r5 = _mm256_loadu_ps(src + 5 * lda);
+      // t0: r0[0] r1[0] r0[1] r1[1] | r0[4] r1[4] r0[5] r1[5]; t1: the same for 2, 3 | 6, 7.
+      const __m256 t0 = _mm256_unpacklo_ps(r0, r1), t1 = _mm256_unpackhi_ps(r0, r1);
+      const __m256 t2 = _mm256_unpacklo_ps(r2, r3), t3 = _mm256_unpackhi_ps(r2, r3);
+      const __m256 t4 = _mm256_unpacklo_ps(r4, r5), t5 = _mm256_unpackhi_ps(r4, r5);
+      // Rows 0-3 of column c (c < 4 in the low half, c + 4 in the high half).
+      const __m256 c0 = _mm256_shuffle_ps(t0, t2, _MM_SHUFFLE(1, 0, 1, 0));
+      const __m256 c1 = _mm256_shuffle_ps(t0, t2, _MM_SHUFFLE(3, 2, 3, 2));
+      const __m256 c2 = _mm256_shuffle_ps(t1, t3, _MM_SHUFFLE(1, 0, 1, 0));
+      const __m256 c3 = _mm256_shuffle_ps(t1, t3, _MM_SHUFFLE(3, 2, 3, 2));
+      const __m128 lo[4] = {_mm256_castps256_ps128(c0), _mm256_castps256_ps128(c1), _mm256_castps256_ps128(c2),
+                            _mm256_castps256_ps128(c3)};
+      const __m128 hi[4] = {_mm256_extractf128_ps(c0, 1), _mm256_extractf128_ps(c1, 1), _mm256_extractf128_ps(c2, 1),
+                            _mm256_extractf128_ps(c3, 1)};
+      // Rows 4-5: columns 0, 1 in t4's low half, 2, 3 in t5's; 4-7 in the high halves.
+      const __m128 t4l = _mm256_castps256_ps128(t4), t4h = _mm256_extractf128_ps(t4, 1);
+      const __m128 t5l = _mm256_castps256_ps128(t5), t5h = _mm256_extractf128_ps(t5, 1);
+      float* d = dst + p * kMr;
+      _mm_storeu_ps(d + 0 * kMr, lo[0]);
+      _mm_storel_pi(reinterpret_cast<__m64*>(d + 0 * kMr + 4), t4l);
+      _mm_storeu_ps(d + 1 * kMr, lo[1]);
+      _mm_storeh_pi(reinterpret_cast<__m64*>(d + 1 * kMr + 4), t4l);
+      _mm_storeu_ps(d + 2 * kMr, lo[2]);
+      _mm_storel_pi(reinterpret_cast<__m64*>(d + 2 * kMr + 4), t5l);
+      _mm_storeu_ps(d + 3 * kMr, lo[3]);
+      _mm_storeh_pi(reinterpret_cast<__m64*>(d + 3 * kMr + 4), t5l);
+      _mm_storeu_ps(d + 4 * kMr, hi[0]);
+      _mm_storel_pi(reinterpret_cast<__m64*>(d + 4 * kMr + 4), t4h);
+      _mm_storeu_ps(d + 5 * kMr, hi[1]);
+      _mm_storeh_pi(reinterpret_cast<__m64*>(d + 5 * kMr + 4), t4h);
+      _mm_storeu_ps(d + 6 * kMr, hi[2]);
+      _mm_storel_pi(reinterpret_cast<__m64*>(d + 6 * kMr + 4), t5h);
+      _mm_storeu_ps(d + 7 * kMr, hi[3]);
+      _mm_storeh_pi(reinterpret_cast<__m64*>(d + 7 * kMr + 4), t5h);
+    }
+  }
+  for (; p < kc; ++p) {
+    for (int64_t r = 0; r < kMr; ++r) dst[p * kMr + r] = r < mv ? a[r * lda + p] : 0.f;
+  }
+}
+
 }  // namespace
 
 const Kernels& avx2_kernels() {
-  static const Kernels table{Isa::Avx2, kMr, kNr, 384, micro, convert_any, gemv_rows, gemv_cols, epilogue, nullptr};
+  static const Kernels table{Isa::Avx2, kMr, kNr, 384, micro, convert_any, gemv_rows, gemv_cols, epilogue,
+                             micro_rows, pack_a};
   return table;
 }
 

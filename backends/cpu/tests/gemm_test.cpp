@@ -246,6 +246,15 @@ TEST(CpuGemm, OddSizesPlain) {
     }
   }
   cases.push_back({200, 300, 600});  // several depth blocks, edge tiles both ways
+  // The MLP's and the Llama block's row counts (a last row panel of 4 or 2 rows of a 6-row
+  // tile, of 4 or 8 of a 12-row one) over three depth blocks of unequal depth, with the
+  // weight layout: with B packed beforehand, A is packed whole and each task runs every
+  // depth block of its tiles.
+  for (int64_t m : {64, 128}) {
+    Case c{m, 100, 1000};
+    c.trans_b = true;
+    cases.push_back(c);
+  }
   // More columns than one packed B block (4096): a partial last block.
   for (int64_t m : {2, 13}) {
     Case wide{m, 4100, 20};
@@ -253,6 +262,10 @@ TEST(CpuGemm, OddSizesPlain) {
     wide.trans_b = true;
     cases.push_back(wide);
   }
+  // A task's range of B panels across the two column blocks, over two depth blocks.
+  Case wide_deep{13, 4100, 500};
+  wide_deep.trans_b = true;
+  cases.push_back(wide_deep);
   check_cases(cases);
 }
 
@@ -286,6 +299,14 @@ TEST(CpuGemm, BatchedAndBroadcastBatches) {
     c.trans_b = true;
     cases.push_back(c);
   }
+  // One weight for every batch over several depth blocks: each batch's A packed whole.
+  Case deep{33, 40, 900, 3};
+  deep.b_broadcast = true;
+  deep.trans_b = true;
+  cases.push_back(deep);
+  deep.pad = 3;
+  deep.a_broadcast = true;
+  cases.push_back(deep);
   check_cases(cases);
 }
 
