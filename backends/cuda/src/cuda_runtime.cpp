@@ -824,6 +824,15 @@ int CudaRuntime::gemvs_grouped() const { return state_->gemvs_grouped; }
 void CudaRuntime::set_graph_updates_enabled(bool enabled) { state_->graph_updates = enabled; }
 bool CudaRuntime::graph_updates_enabled() const { return state_->graph_updates; }
 int CudaRuntime::kernels_compiled() const { return state_->shared->modules->stats().compiled; }
+int CudaRuntime::steps_running(std::string_view backend_op) const {
+  int count = 0;
+  for (const ProgramPlan& p : state_->slots)
+    for (const Step& step : p.steps) {
+      const Node& n = p.graph.node(step.node);
+      count += n.op == OpKind::BackendOp && n.backend->name == backend_op;
+    }
+  return count;
+}
 const DeviceInfo& CudaRuntime::device_info() const { return state_->shared->context->info(); }
 
 void CudaRuntime::prepare(std::span<const luminal::Graph* const> programs) {

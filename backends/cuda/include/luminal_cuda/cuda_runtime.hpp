@@ -92,6 +92,7 @@ class CudaRuntime : public Runtime {
   int resolutions_reused() const; // runs of new dims whose launches were the last run's (only the dims buffer changed)
   int gemvs_grouped() const;      // GEMV steps that joined the launch of the one before (same x), over resolutions
   int kernels_compiled() const;   // NVRTC compilations by this runtime and its copies (cache misses)
+  int steps_running(std::string_view backend_op) const;  // steps of the loaded programs that are this backend op
   const DeviceInfo& device_info() const;
 
   struct State;
