@@ -9,10 +9,10 @@
 namespace luminal::cuda {
 namespace {
 
-// A tensor read through `view` at [batch, group, seq, keys] with a linear stride per axis
-// and no padding: the strides and the offset of element 0.
+// A tensor read through `view` with a linear stride per axis and no padding: the strides
+// and the offset of element 0.
 bool linear_view(const ShapeTracker& view, Expression& offset, std::vector<Expression>& strides) {
-  if (view.rank() != 4 || !(view.base_valid() == Expression(1))) return false;
+  if (!(view.base_valid() == Expression(1))) return false;
   offset = view.base_offset();
   strides.clear();
   for (const ViewDim& d : view.dims()) {
@@ -30,12 +30,25 @@ bool small_constant(const Expression& e) {
   return c && *c >= 1 && *c <= kAttentionRowsMaxDepth;
 }
 
+// Do two views read the same elements? The same shape, no padding, the same offset and the
+// same stride along every axis longer than 1. An axis of size 1 may be spelled any way (a
+// decode step's one query position, after a reshape), which `view-identity`, comparing
+// views with the contiguous one as written, does not allow.
+bool same_reading(const ShapeTracker& a, const ShapeTracker& b) {
+  Expression offset_a, offset_b;
+  std::vector<Expression> strides_a, strides_b;
+  if (a.rank() != b.rank() || !(a.shape() == b.shape()) || !linear_view(a, offset_a, strides_a) ||
+      !linear_view(b, offset_b, strides_b) || !(offset_a == offset_b))
+    return false;
+  for (size_t d = 0; d < a.rank(); ++d)
+    if (!(a.shape()[d] == Expression(1)) && !(strides_a[d] == strides_b[d])) return false;
+  return true;
+}
+
 // The view of a reduction's result [a, b, c] read at [a, b, c, n]: contiguous, broadcast
 // along the new last axis.
 bool reduction_broadcast(const ShapeTracker& view, const Shape& reduced, const Expression& n) {
-  const ShapeTracker want = ShapeTracker::contiguous(reduced).insert_broadcast(static_cast<int>(reduced.size()), n);
-  return view.dims() == want.dims() && view.base_offset() == want.base_offset() &&
-         view.base_valid() == want.base_valid();
+  return same_reading(view, ShapeTracker::contiguous(reduced).insert_broadcast(static_cast<int>(reduced.size()), n));
 }
 
 // A scalar (a rank-0 constant) read at every element: every axis of stride 0, no padding.
@@ -53,7 +66,7 @@ bool scalar_view(const ShapeTracker& view) {
 std::optional<AttentionLayout> attention_layout(const ShapeTracker& view_q, const ShapeTracker& view_k,
                                                 const ShapeTracker& view_v, const ShapeTracker& view_mask,
                                                 const ShapeTracker& view_scale) {
-  if (view_mask.rank() != 4 || view_q.rank() != 4) return std::nullopt;
+  if (view_mask.rank() != 4 || view_scale.rank() != 4 || view_q.rank() != 4) return std::nullopt;
   auto scores = cuda_gemm_layout(view_q, view_k);  // [batch, rows, keys, depth]
   if (!scores || scores->a.copy || scores->b.copy) return std::nullopt;
   AttentionLayout l;
@@ -87,6 +100,13 @@ std::optional<AttentionLayout> attention_layout(const ShapeTracker& view_q, cons
 void register_attention_primitives(egraph::EGraph& eg) {
   using egraph::Value;
   using egraph::ValueKind;
+  // (reads-whole ?view ?shape): the view reads a contiguous buffer of exactly ?shape, its
+  // axes of size 1 spelled any way (`view-identity` with same_reading's tolerance).
+  eg.register_primitive("reads-whole", [](std::span<const Value> a) -> std::optional<Value> {
+    if (a.size() != 2 || a[0].kind() != ValueKind::ExprList || a[1].kind() != ValueKind::ExprList) return std::nullopt;
+    const auto shape = a[1].as_expr_list();
+    return Value::boolean(same_reading(search::decode_view(a[0]), ShapeTracker::contiguous(Shape(shape.begin(), shape.end()))));
+  });
   // (cuda-attention ?scores-shape ?reduced-shape ?view-max ?view-sum ?minus-one ?log2e
   //                 ?view-minus-one ?view-log2e ?view-q ?view-k ?view-probs ?view-v ?view-mask ?view-scale)
   // The parts of rules/cuda_attention.egg's pattern that the rule language cannot say: the

@@ -122,6 +122,49 @@ TEST(CudaRuntimeNoGpu, MatmulRulesPinTheLayout) {
   }
 }
 
+// The attention rule (rules/cuda_attention.egg) offers CudaAttention for attention as the
+// models spell it, with symbolic dims (a dim bucket's program) and with static ones, where
+// the one query position is an axis of size 1 that reshapes spell unlike a contiguous view
+// (the rule's views are compared with `reads-whole`; with `view-identity` it never matched
+// a static decode graph). Never for the same chain with the probabilities left in F32 (no
+// rounding to the dtype between the softmax and the product: another program).
+TEST(CudaRuntimeNoGpu, AttentionRuleMatchesDecodeShapes) {
+  ::setenv("LUMINAL_CUDA_ATTENTION", "1", 1);
+  struct Unset {
+    ~Unset() { ::unsetenv("LUMINAL_CUDA_ATTENTION"); }
+  } unset;
+  const int64_t heads = 4, kv_heads = 2, group = 2, head_dim = 16;
+  for (bool symbolic : {true, false})
+    for (bool rounded : {true, false}) {
+      TestModel m;
+      const Expression p = symbolic ? Expression::var("p") : Expression(9), s = symbolic ? Expression::var("s") : Expression(1);
+      const Expression t = p + s, z = Expression::index(), i = z / t, j = z % t;
+      auto q = m.cx.named_tensor("q", {s, heads, head_dim}, DType::BF16);
+      auto k = m.cx.named_tensor("k", {t, kv_heads, head_dim}, DType::BF16);
+      auto v = m.cx.named_tensor("v", {t, kv_heads, head_dim}, DType::BF16);
+      m.inputs = {q, k, v};
+      auto mask = m.cx.iota((le(j, p + i) - 1) * 1000000000, {s, t}, DType::I32).cast(DType::F32);
+      auto qh = q.reshape({s, kv_heads, group, head_dim}).permute({1, 2, 0, 3}).contiguous().reshape(
+          {Expression(kv_heads), Expression(group) * s, head_dim});
+      auto scores = qh.matmul(k.permute({1, 2, 0})).reshape({Expression(kv_heads), Expression(group), s, t})
+                        .cast(DType::F32) * 0.25;
+      auto probs = (scores + mask).softmax(-1);
+      auto vh = v.permute({1, 0, 2});
+      auto out = rounded ? probs.cast(DType::BF16).reshape({Expression(kv_heads), Expression(group) * s, t}).matmul(vh)
+                         : probs.reshape({Expression(kv_heads), Expression(group) * s, t}).matmul(vh.cast(DType::F32));
+      m.outputs.push_back(out.output());
+      if (symbolic) {
+        m.cx.set_dim("p", 9);
+        m.cx.set_dim("s", 1);
+      }
+      int with = 0;
+      for (const auto& program : extract_programs(m, 60, 7)) with += count_ops(program.program, "CudaAttention") > 0;
+      const std::string what = std::string(symbolic ? "symbolic" : "static") + (rounded ? "" : ", F32 probabilities");
+      if (rounded) EXPECT_GT(with, 0) << what << ": no extracted program runs the attention as one op";
+      else EXPECT_EQ(with, 0) << what << ": the op was offered for a program it does not compute";
+    }
+}
+
 TEST(CudaRuntimeNoGpu, EmittedKernelsCompileForSm90) {
   if (!kernel::nvrtc::available()) {
     if (allow_no_nvrtc()) GTEST_SKIP() << "skipped: NVRTC not loadable (" << kernel::nvrtc::load_error() << ")";
