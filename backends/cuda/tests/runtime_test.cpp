@@ -90,13 +90,10 @@ void check(const std::string& what, const Build& build, std::vector<DimMap> dim_
     }
 }
 
-// A program for `m` from the e-graph with CUDA rules, its matmuls all `matmul_op`; with
-// `b_dtype`, only one whose matmuls read a B operand of that dtype.
-std::optional<search::Extracted> program_with_matmuls(luminal::testing::TestModel& m, const std::string& matmul_op,
-                                                      std::optional<DType> b_dtype = std::nullopt,
-                                                      int min_matmuls = 1, bool residual = false) {
-  // The plain matmul ops, or (residual) those that add a third input in their epilogue.
-  const std::string gemv = residual ? "CudaGemvAdd" : "CudaGemv", lt = residual ? "CudaCublasLtAdd" : "CudaCublasLt";
+// The first of `attempts` random programs for `m` from the e-graph grown by the core and
+// CUDA rules that `accept` takes (it may edit the program).
+std::optional<search::Extracted> extracted_program(luminal::testing::TestModel& m, int attempts, uint64_t seed,
+                                                   const std::function<bool(search::Extracted&)>& accept) {
   auto lowered = search::lower_to_egraph(m.cx, [](egraph::EGraph& eg) { cuda::register_runtime_primitives(eg); });
   auto files = search::core_rule_files();
   for (auto& f : cuda::runtime_rule_files()) files.push_back(f);
@@ -108,26 +105,37 @@ std::optional<search::Extracted> program_with_matmuls(luminal::testing::TestMode
     lowered.egraph->run(egraph::Schedule::saturate(sets), {});
   }
   auto space = search::choice_space(lowered);
-  std::mt19937_64 rng(5);
-  for (int attempt = 0; attempt < 400; ++attempt) {
+  std::mt19937_64 rng(seed);
+  for (int attempt = 0; attempt < attempts; ++attempt) {
     search::Genome g(space.slots.size());
     for (size_t s = 0; s < g.size(); ++s) g[s] = static_cast<uint32_t>(rng() % space.options[s].size());
     auto p = search::extract(lowered, space, g);
-    if (!p) continue;
-    int matmuls = 0;
-    bool wanted = true;
-    for (NodeId i = 0; i < p->program.size(); ++i) {
-      const Node& n = p->program.node(i);
-      if (n.op != OpKind::BackendOp || (n.backend->name != gemv && n.backend->name != lt)) continue;
-      if (b_dtype && p->program.node(n.inputs[1].node).dtype != *b_dtype) wanted = false;
-      auto call = *n.backend;
-      call.name = matmul_op;
-      p->program.mutable_node(i).backend = std::make_shared<const BackendOpCall>(std::move(call));
-      ++matmuls;
-    }
-    if (matmuls >= min_matmuls && wanted) return p;
+    if (p && accept(*p)) return p;
   }
   return std::nullopt;
+}
+
+// A program for `m` from the e-graph with CUDA rules, its matmuls all `matmul_op`; with
+// `b_dtype`, only one whose matmuls read a B operand of that dtype.
+std::optional<search::Extracted> program_with_matmuls(luminal::testing::TestModel& m, const std::string& matmul_op,
+                                                      std::optional<DType> b_dtype = std::nullopt,
+                                                      int min_matmuls = 1, bool residual = false) {
+  // The plain matmul ops, or (residual) those that add a third input in their epilogue.
+  const std::string gemv = residual ? "CudaGemvAdd" : "CudaGemv", lt = residual ? "CudaCublasLtAdd" : "CudaCublasLt";
+  return extracted_program(m, 400, 5, [&](search::Extracted& p) {
+    int matmuls = 0;
+    bool wanted = true;
+    for (NodeId i = 0; i < p.program.size(); ++i) {
+      const Node& n = p.program.node(i);
+      if (n.op != OpKind::BackendOp || (n.backend->name != gemv && n.backend->name != lt)) continue;
+      if (b_dtype && p.program.node(n.inputs[1].node).dtype != *b_dtype) wanted = false;
+      auto call = *n.backend;
+      call.name = matmul_op;
+      p.program.mutable_node(i).backend = std::make_shared<const BackendOpCall>(std::move(call));
+      ++matmuls;
+    }
+    return matmuls >= min_matmuls && wanted;
+  });
 }
 
 // `p` on the device and `m` itself on the reference, ready to run side by side.
@@ -397,35 +405,15 @@ TEST(CudaRuntime, AttentionRunsAsOneKernel) {
       m.outputs.push_back(probs.matmul(v.permute({1, 0, 2})).output());
       m.cx.set_dim("p", 5);
       m.cx.set_dim("s", 1);
-      std::optional<search::Extracted> chosen;
-      {
-        auto lowered = search::lower_to_egraph(m.cx, [](egraph::EGraph& eg) { cuda::register_runtime_primitives(eg); });
-        auto files = search::core_rule_files();
-        for (auto& f : cuda::runtime_rule_files()) files.push_back(f);
-        search::load_rule_files(lowered, files);
-        ReferenceRuntime base;
-        for (const auto& stage : cuda::runtime_rule_stages(base, CompileOptions().rulesets({"core"}))) {
-          std::vector<egraph::Schedule> sets;
-          for (auto& rs : stage.rulesets) sets.push_back(egraph::Schedule::run(rs));
-          lowered.egraph->run(egraph::Schedule::saturate(sets), {});
+      auto chosen = extracted_program(m, 2000, 11, [](search::Extracted& program) {
+        int attention = 0, other = 0;
+        for (const Node& n : program.program.nodes()) {
+          attention += n.op == OpKind::BackendOp && n.backend->name == "CudaAttention";
+          other += n.op == OpKind::SumReduce || n.op == OpKind::MaxReduce ||
+                   (n.op == OpKind::BackendOp && n.backend->name != "CudaAttention" && n.backend->name != "Fused");
         }
-        auto space = search::choice_space(lowered);
-        std::mt19937_64 rng(11);
-        for (int attempt = 0; attempt < 2000 && !chosen; ++attempt) {
-          search::Genome genome(space.slots.size());
-          for (size_t slot = 0; slot < genome.size(); ++slot)
-            genome[slot] = static_cast<uint32_t>(rng() % space.options[slot].size());
-          auto program = search::extract(lowered, space, genome);
-          if (!program) continue;
-          int attention = 0, other = 0;
-          for (const Node& n : program->program.nodes()) {
-            attention += n.op == OpKind::BackendOp && n.backend->name == "CudaAttention";
-            other += n.op == OpKind::SumReduce || n.op == OpKind::MaxReduce ||
-                     (n.op == OpKind::BackendOp && n.backend->name != "CudaAttention" && n.backend->name != "Fused");
-          }
-          if (attention == 1 && other == 0) chosen = std::move(program);
-        }
-      }
+        return attention == 1 && other == 0;
+      });
       ASSERT_TRUE(chosen.has_value()) << what << ": no program runs the attention as one op";
       DeviceAndReference both(*chosen, m);
       uint32_t seed = 80;
