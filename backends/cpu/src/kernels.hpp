@@ -4,6 +4,8 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
+#include <utility>
 
 #include "luminal/cpu/gemm.hpp"
 
@@ -42,6 +44,17 @@ struct Kernels {
 };
 
 inline constexpr int kMaxDepthBlock = 512;
+
+// micro_rows from an ISA's micro_n<R> (R rows of a tile): `call(std::integral_constant<int,
+// R>{})` for R = rows when 1 <= rows < Mr, else for R = Mr. One instantiation per row
+// count, chosen at run time, without a switch to keep in step with Mr.
+template <int Mr, class Call>
+void with_row_count(int64_t rows, Call&& call) {
+  [&]<int... R>(std::integer_sequence<int, R...>) {
+    const bool done = ((rows == R + 1 ? (call(std::integral_constant<int, R + 1>{}), true) : false) || ...);
+    if (!done) call(std::integral_constant<int, Mr>{});
+  }(std::make_integer_sequence<int, Mr - 1>{});
+}
 
 // The table of active_isa().
 const Kernels& active_kernels();

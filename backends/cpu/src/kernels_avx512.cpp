@@ -84,21 +84,7 @@ void micro(int64_t kc, const float* a, const float* b, float* c, int64_t ldc, bo
 }
 
 void micro_rows(int64_t rows, int64_t kc, const float* a, const float* b, float* c, int64_t ldc, bool accumulate) {
-  static_assert(kMr == 12, "one case per row count below kMr");
-  switch (rows) {
-    case 1: return micro_n<1>(kc, a, b, c, ldc, accumulate);
-    case 2: return micro_n<2>(kc, a, b, c, ldc, accumulate);
-    case 3: return micro_n<3>(kc, a, b, c, ldc, accumulate);
-    case 4: return micro_n<4>(kc, a, b, c, ldc, accumulate);
-    case 5: return micro_n<5>(kc, a, b, c, ldc, accumulate);
-    case 6: return micro_n<6>(kc, a, b, c, ldc, accumulate);
-    case 7: return micro_n<7>(kc, a, b, c, ldc, accumulate);
-    case 8: return micro_n<8>(kc, a, b, c, ldc, accumulate);
-    case 9: return micro_n<9>(kc, a, b, c, ldc, accumulate);
-    case 10: return micro_n<10>(kc, a, b, c, ldc, accumulate);
-    case 11: return micro_n<11>(kc, a, b, c, ldc, accumulate);
-    default: return micro_n<kMr>(kc, a, b, c, ldc, accumulate);
-  }
+  with_row_count<kMr>(rows, [&](auto r) { micro_n<decltype(r)::value>(kc, a, b, c, ldc, accumulate); });
 }
 
 }  // namespace
