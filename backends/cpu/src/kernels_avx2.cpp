@@ -103,30 +103,21 @@ void pack_a(int64_t mv, int64_t kc, const float* a, int64_t lda, float* dst) {
       const __m256 c1 = _mm256_shuffle_ps(t0, t2, _MM_SHUFFLE(3, 2, 3, 2));
       const __m256 c2 = _mm256_shuffle_ps(t1, t3, _MM_SHUFFLE(1, 0, 1, 0));
       const __m256 c3 = _mm256_shuffle_ps(t1, t3, _MM_SHUFFLE(3, 2, 3, 2));
-      const __m128 lo[4] = {_mm256_castps256_ps128(c0), _mm256_castps256_ps128(c1), _mm256_castps256_ps128(c2),
-                            _mm256_castps256_ps128(c3)};
-      const __m128 hi[4] = {_mm256_extractf128_ps(c0, 1), _mm256_extractf128_ps(c1, 1), _mm256_extractf128_ps(c2, 1),
-                            _mm256_extractf128_ps(c3, 1)};
-      // Rows 4-5: columns 0, 1 in t4's low half, 2, 3 in t5's; 4-7 in the high halves.
-      const __m128 t4l = _mm256_castps256_ps128(t4), t4h = _mm256_extractf128_ps(t4, 1);
-      const __m128 t5l = _mm256_castps256_ps128(t5), t5h = _mm256_extractf128_ps(t5, 1);
+      // Column c's rows 0-3: the low halves of c0..c3 for c < 4, the high halves after.
+      const __m128 rows03[8] = {_mm256_castps256_ps128(c0),   _mm256_castps256_ps128(c1),
+                                _mm256_castps256_ps128(c2),   _mm256_castps256_ps128(c3),
+                                _mm256_extractf128_ps(c0, 1), _mm256_extractf128_ps(c1, 1),
+                                _mm256_extractf128_ps(c2, 1), _mm256_extractf128_ps(c3, 1)};
+      // Rows 4-5 of columns (0, 1), (2, 3), (4, 5), (6, 7): t4's low half, t5's, t4's high, t5's.
+      const __m128 rows45[4] = {_mm256_castps256_ps128(t4), _mm256_castps256_ps128(t5), _mm256_extractf128_ps(t4, 1),
+                                _mm256_extractf128_ps(t5, 1)};
       float* d = dst + p * kMr;
-      _mm_storeu_ps(d + 0 * kMr, lo[0]);
-      _mm_storel_pi(reinterpret_cast<__m64*>(d + 0 * kMr + 4), t4l);
-      _mm_storeu_ps(d + 1 * kMr, lo[1]);
-      _mm_storeh_pi(reinterpret_cast<__m64*>(d + 1 * kMr + 4), t4l);
-      _mm_storeu_ps(d + 2 * kMr, lo[2]);
-      _mm_storel_pi(reinterpret_cast<__m64*>(d + 2 * kMr + 4), t5l);
-      _mm_storeu_ps(d + 3 * kMr, lo[3]);
-      _mm_storeh_pi(reinterpret_cast<__m64*>(d + 3 * kMr + 4), t5l);
-      _mm_storeu_ps(d + 4 * kMr, hi[0]);
-      _mm_storel_pi(reinterpret_cast<__m64*>(d + 4 * kMr + 4), t4h);
-      _mm_storeu_ps(d + 5 * kMr, hi[1]);
-      _mm_storeh_pi(reinterpret_cast<__m64*>(d + 5 * kMr + 4), t4h);
-      _mm_storeu_ps(d + 6 * kMr, hi[2]);
-      _mm_storel_pi(reinterpret_cast<__m64*>(d + 6 * kMr + 4), t5h);
-      _mm_storeu_ps(d + 7 * kMr, hi[3]);
-      _mm_storeh_pi(reinterpret_cast<__m64*>(d + 7 * kMr + 4), t5h);
+      for (int c = 0; c < 8; ++c) {
+        _mm_storeu_ps(d + c * kMr, rows03[c]);
+        auto* pair = reinterpret_cast<__m64*>(d + c * kMr + 4);
+        if (c % 2 == 0) _mm_storel_pi(pair, rows45[c / 2]);
+        else _mm_storeh_pi(pair, rows45[c / 2]);
+      }
     }
   }
   for (; p < kc; ++p) {
