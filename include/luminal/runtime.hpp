@@ -116,6 +116,13 @@ class Runtime {
   virtual std::unique_ptr<Runtime> verification_oracle(const Graph& segment, const DimMap& dims) const {
     return nullptr;
   }
+  // Extraction's cost of one node of this backend's op `name` writing `shape` (at a dim
+  // bucket's representative dims), where the elements it writes misjudge it: the search's
+  // first candidate in every segment is the cheapest program by these costs. nullopt (the
+  // default) keeps the op's declared :cost scaled by the elements it writes.
+  virtual std::optional<double> backend_op_cost(std::string_view name, std::span<const int64_t> shape) const {
+    return std::nullopt;
+  }
   // Cost of a program before it runs. Default: its buffers, packed by the memory planner.
   virtual CostEstimate estimate(const Graph& program, const DimMap& dims) const;
   // Called with a whole generation of candidate programs before they are loaded one by

@@ -577,7 +577,9 @@ search::SegmentProgram search_segment(const SaturatedSegment& seg, const Runtime
   auto t0 = clock_type::now();
   const search::ChoiceSpace& space = seg.space;
   report.choice_slots += static_cast<int64_t>(space.slots.size());
-  search::Genome cheapest = search::cheapest_genome(seg.lowered, space, &dims);
+  search::Genome cheapest = search::cheapest_genome(
+      seg.lowered, space, &dims,
+      [&target](std::string_view name, std::span<const int64_t> shape) { return target.backend_op_cost(name, shape); });
   search::Genome source = search::source_genome(seg.lowered, space);
   search::Genome best = cheapest;
   std::string missing_dim;

@@ -375,35 +375,42 @@ bool is_ir_op(const LoweredGraph& lowered, egraph::OpId op) {
   return sig.kind_of.count(op) || lowered.backend_ops.count(op);
 }
 
-// The number of elements of a shape at the graph's representative dims (set_dim); a dim
-// with no value, or 0, counts as 1 (decode-sized). A KV length of 1 would make
+// A shape at the graph's representative dims (set_dim); a dim with no value, or 0, counts
+// as 1 (decode-sized). A KV length of 1 would make
 // attention's [.., seq, kv_len, head_dim] product look as small as its output.
-double elements_at_representative_dims(std::span<const Expression> shape, const DimMap& dims) {
-  double n = 1;
+std::vector<int64_t> shape_at_representative_dims(std::span<const Expression> shape, const DimMap& dims) {
+  std::vector<int64_t> out;
+  out.reserve(shape.size());
   for (const auto& d : shape) {
     Expression e = d;
     for (const auto& v : d.variables()) {
       auto it = dims.find(v);
       e = e.substitute(v, it != dims.end() && it->second > 0 ? it->second : 1);
     }
-    n *= static_cast<double>(std::max<int64_t>(e.as_constant().value_or(1), 1));
+    out.push_back(std::max<int64_t>(e.as_constant().value_or(1), 1));
   }
-  return n;
+  return out;
 }
 
 // Constructor cost scaled by the elements the node writes (a materialised product k times
 // larger than its sum costs k times more), plus the children; +inf for nodes extraction
 // cannot turn into a program.
-egraph::CostFn extraction_cost(const LoweredGraph& lowered, const DimMap* at_dims = nullptr) {
+egraph::CostFn extraction_cost(const LoweredGraph& lowered, const DimMap* at_dims = nullptr,
+                               const BackendOpCost* op_cost = nullptr) {
   const Signature& sig = *lowered.signature;
   static const DimMap no_dims;
   const DimMap* dims = at_dims ? at_dims : lowered.source ? &lowered.source->dim_map() : &no_dims;
-  return [&lowered, &sig, dims](const EGraph& g, egraph::NodeId n, std::span<const double> child_costs) {
+  return [&lowered, &sig, dims, op_cost](const EGraph& g, egraph::NodeId n, std::span<const double> child_costs) {
     egraph::OpId op = g.node(n).op;
     egraph::SortId sort = g.op(op).sort;
     if (sort != sig.ir) return egraph::ast_size(g, n, child_costs);
     if (!is_ir_op(lowered, op)) return std::numeric_limits<double>::infinity();
-    double c = g.op(op).cost * (1.0 + elements_at_representative_dims(g.node_arg(n, 1).as_expr_list(), *dims) / 4096.0);
+    const auto shape = shape_at_representative_dims(g.node_arg(n, 1).as_expr_list(), *dims);
+    std::optional<double> own;
+    if (op_cost && *op_cost && lowered.backend_ops.count(op)) own = (*op_cost)(g.op(op).name, shape);
+    double elements = 1;
+    for (int64_t d : shape) elements *= static_cast<double>(d);
+    double c = own ? *own : g.op(op).cost * (1.0 + elements / 4096.0);
     for (double x : child_costs) c += x;
     return c;
   };
@@ -510,8 +517,9 @@ ChoiceSpace choice_space(const LoweredGraph& lowered) {
   return space;
 }
 
-std::vector<uint32_t> cheapest_genome(const LoweredGraph& lowered, const ChoiceSpace& space, const DimMap* dims) {
-  egraph::Extractor costs(*lowered.egraph, extraction_cost(lowered, dims));
+std::vector<uint32_t> cheapest_genome(const LoweredGraph& lowered, const ChoiceSpace& space, const DimMap* dims,
+                                      const BackendOpCost& op_cost) {
+  egraph::Extractor costs(*lowered.egraph, extraction_cost(lowered, dims, &op_cost));
   std::vector<uint32_t> genome(space.slots.size(), 0);
   for (size_t s = 0; s < space.slots.size(); ++s) {
     auto best = costs.best_node(space.slots[s]);

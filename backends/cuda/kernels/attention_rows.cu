@@ -46,31 +46,84 @@ __device__ __forceinline__ float block_nan_max(float v, float* scratch) {
 
 template <class T>
 struct AttentionRow {
-  const T* k;
-  const float *mask, *scale, *q;  // q: the row in shared memory, widened
+  const float* q;  // the row in shared memory, widened
   long long depth, k_ds, k_js, mask_j, scale_j;
   const T* k_base;
   const float *mask_row, *scale_row;
   bool vector_k;  // k contiguous along the depth and 16-byte aligned: 16-byte loads
 
-  // f[j]: the rounded dot product, scaled, plus the mask.
+  // f[j]: the rounded dot product, scaled, plus the mask. The vector path sums each 16-byte
+  // chunk on its own before adding it: the chunks' loads and products do not wait on one
+  // another (one thread takes a whole key, so all of a key's loads are in flight at once).
   __device__ __forceinline__ float score(long long j) const {
     const T* kj = k_base + j * k_js;
     float acc = 0.0f;
     if (vector_k) {
       constexpr int V = Pack<T>::N;
       const uint4* kv = reinterpret_cast<const uint4*>(kj);
-      for (long long c = 0; c < depth / V; ++c) {
+      const long long chunks = depth / V;
+#pragma unroll 16
+      for (long long c = 0; c < chunks; ++c) {
         float kf[V];
         Pack<T>::unpack(__ldg(kv + c), kf);
+        float part = __fmul_rn(q[c * V], kf[0]);
 #pragma unroll
-        for (int e = 0; e < V; ++e) acc = __fadd_rn(acc, __fmul_rn(q[c * V + e], kf[e]));
+        for (int e = 1; e < V; ++e) part = __fadd_rn(part, __fmul_rn(q[c * V + e], kf[e]));
+        acc = __fadd_rn(acc, part);
       }
     } else {
       for (long long d = 0; d < depth; ++d) acc = __fadd_rn(acc, __fmul_rn(q[d], to_float(kj[d * k_ds])));
     }
     const float rounded = to_float(from_float<T>(acc));
     return __fadd_rn(__fmul_rn(rounded, scale_row[j * scale_j]), mask_row[j * mask_j]);
+  }
+};
+
+// sum_j probs[j] * v[j0 + j, :] over n keys, into this thread's share of the row: the vector
+// path gives each key width / V threads (a 16-byte load each, V columns), so 256 / (width / V)
+// keys are read at once; the scalar path gives each key width threads.
+template <class T>
+struct AttentionValues {
+  const T* v_base;  // v[b, 0, 0]
+  long long v_js, v_ds, width;
+  bool vector_v;
+  int per_key, lanes;  // threads per key, keys at once
+  int column, lane;    // this thread's first column and key lane (lane >= lanes: idle)
+  float acc[Pack<T>::N];
+
+  __device__ void init(int tid) {
+    constexpr int V = Pack<T>::N;
+    per_key = vector_v ? (int)(width / V) : (int)width;
+    lanes = per_key >= kAttnRowsThreads ? 1 : kAttnRowsThreads / per_key;
+    lane = tid / per_key;
+    column = (tid % per_key) * (vector_v ? V : 1);
+#pragma unroll
+    for (int e = 0; e < V; ++e) acc[e] = 0.0f;
+  }
+  __device__ __forceinline__ void add(const float* probs, long long j0, long long n) {
+    if (lane >= lanes || per_key > kAttnRowsThreads) return;
+    if (vector_v) {
+      constexpr int V = Pack<T>::N;
+      const T* base = v_base + column;
+#pragma unroll 8
+      for (long long j = lane; j < n; j += lanes) {
+        float vf[V];
+        Pack<T>::unpack(__ldg(reinterpret_cast<const uint4*>(base + (j0 + j) * v_js)), vf);
+        const float pj = probs[j];
+#pragma unroll
+        for (int e = 0; e < V; ++e) acc[e] = __fadd_rn(acc[e], __fmul_rn(pj, vf[e]));
+      }
+    } else {
+      const T* col = v_base + column * v_ds;
+#pragma unroll 8
+      for (long long j = lane; j < n; j += lanes) acc[0] = __fadd_rn(acc[0], __fmul_rn(probs[j], to_float(col[(j0 + j) * v_js])));
+    }
+  }
+  // Each lane's sums into `partial` ([lanes][width]), then column c's total.
+  __device__ void store(float* partial) const {
+    if (lane >= lanes) return;
+    const int n = vector_v ? Pack<T>::N : 1;
+    for (int e = 0; e < n; ++e) partial[lane * width + column + e] = acc[e];
   }
 };
 
@@ -84,10 +137,11 @@ __device__ __forceinline__ void attention_rows(const T* __restrict__ q, const T*
   if (block >= batch * rows) return;  // the whole block: no barrier is skipped
   const long long b = block / rows, r = block % rows, g = r / seq, i = r % seq;
   const int tid = threadIdx.x;
+  constexpr int V = Pack<T>::N;
   __shared__ float q_row[kAttnRowsMaxDepth];
   __shared__ float scratch[32];
   __shared__ float probs[kAttnRowsThreads];
-  __shared__ float partial[kAttnRowsThreads];
+  __shared__ float partial[kAttnRowsThreads * V];
   __shared__ float cached[kAttnRowsCachedKeys];
   const bool cache = keys <= kAttnRowsCachedKeys;
   for (long long d = tid; d < depth; d += kAttnRowsThreads)
@@ -95,7 +149,6 @@ __device__ __forceinline__ void attention_rows(const T* __restrict__ q, const T*
   __syncthreads();
 
   AttentionRow<T> row;
-  row.k = k;
   row.q = q_row;
   row.depth = depth;
   row.k_ds = p[13];
@@ -105,7 +158,6 @@ __device__ __forceinline__ void attention_rows(const T* __restrict__ q, const T*
   row.mask_j = p[23];
   row.scale_row = scale + p[24] + b * p[25] + g * p[26] + i * p[27];
   row.scale_j = p[28];
-  constexpr int V = Pack<T>::N;
   row.vector_k = row.k_ds == 1 && depth % V == 0 && row.k_js % V == 0 &&
                  reinterpret_cast<unsigned long long>(row.k_base) % 16 == 0;
 
@@ -124,36 +176,40 @@ __device__ __forceinline__ void attention_rows(const T* __restrict__ q, const T*
     sum = __fadd_rn(sum, exp2f(__fmul_rn(__fadd_rn(cache ? cached[j] : row.score(j), neg_max), kLog2e)));
   sum = block_sum(sum, scratch);
   const float inv_sum = __frcp_rn(sum);
+  auto probability = [&](float f) {
+    return to_float(from_float<T>(__fmul_rn(exp2f(__fmul_rn(__fadd_rn(f, neg_max), kLog2e)), inv_sum)));
+  };
 
-  // The probabilities a chunk at a time, then their product with v: thread t takes column
-  // t % width of every (t / width)-th key of the chunk.
-  const int lanes = width >= kAttnRowsThreads ? 1 : kAttnRowsThreads / (int)width;
-  const long long d = tid % width, lane = tid / width;
-  const bool active = lane < lanes && d < width;
-  const T* v_col = v + p[15] + b * p[16] + d * p[18];
-  const long long v_js = p[17];
-  float acc = 0.0f;
-  for (long long j0 = 0; j0 < keys; j0 += kAttnRowsThreads) {
-    const long long j = j0 + tid;
-    float pj = 0.0f;
-    if (j < keys)
-      pj = to_float(from_float<T>(
-          __fmul_rn(exp2f(__fmul_rn(__fadd_rn(cache ? cached[j] : row.score(j), neg_max), kLog2e)), inv_sum)));
-    __syncthreads();  // the chunk before is read
-    probs[tid] = pj;
+  AttentionValues<T> values;
+  values.v_base = v + p[15] + b * p[16];
+  values.v_js = p[17];
+  values.v_ds = p[18];
+  values.width = width;
+  values.vector_v = values.v_ds == 1 && width % V == 0 && values.v_js % V == 0 &&
+                    reinterpret_cast<unsigned long long>(values.v_base) % 16 == 0;
+  values.init(tid);
+  if (cache) {
+    // Every probability in place of its score (each thread its own keys), then one pass.
+    for (long long j = tid; j < keys; j += kAttnRowsThreads) cached[j] = probability(cached[j]);
     __syncthreads();
-    if (active) {
-      const long long n = keys - j0 < kAttnRowsThreads ? keys - j0 : kAttnRowsThreads;
-      for (long long jj = lane; jj < n; jj += lanes)
-        acc = __fadd_rn(acc, __fmul_rn(probs[jj], to_float(v_col[(j0 + jj) * v_js])));
+    values.add(cached, 0, keys);
+  } else {
+    // A chunk of probabilities at a time, then the chunk's product with v.
+    for (long long j0 = 0; j0 < keys; j0 += kAttnRowsThreads) {
+      const long long j = j0 + tid;
+      const float pj = j < keys ? probability(row.score(j)) : 0.0f;
+      __syncthreads();  // the chunk before is read
+      probs[tid] = pj;
+      __syncthreads();
+      values.add(probs, j0, keys - j0 < kAttnRowsThreads ? keys - j0 : kAttnRowsThreads);
     }
   }
   __syncthreads();
-  partial[tid] = acc;
+  values.store(partial);
   __syncthreads();
   for (long long c = tid; c < width; c += kAttnRowsThreads) {
     float o = 0.0f;
-    for (int l = 0; l < lanes; ++l) o = __fadd_rn(o, partial[l * width + c]);
+    for (int l = 0; l < values.lanes; ++l) o = __fadd_rn(o, partial[l * width + c]);
     out[(b * rows + r) * width + c] = from_float<T>(o);
   }
 }

@@ -97,6 +97,11 @@ std::optional<AttentionLayout> attention_layout(const ShapeTracker& view_q, cons
   return l;
 }
 
+std::optional<double> attention_cost(std::span<const int64_t> shape) {
+  if (shape.size() == 3 && shape[1] > kAttentionCheapRows) return 1e12;
+  return std::nullopt;
+}
+
 void register_attention_primitives(egraph::EGraph& eg) {
   using egraph::Value;
   using egraph::ValueKind;

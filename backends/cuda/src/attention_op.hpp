@@ -9,6 +9,7 @@
 #pragma once
 
 #include <optional>
+#include <span>
 #include <vector>
 
 #include "luminal/egraph/egraph.hpp"
@@ -34,6 +35,14 @@ struct AttentionLayout {
 std::optional<AttentionLayout> attention_layout(const ShapeTracker& view_q, const ShapeTracker& view_k,
                                                 const ShapeTracker& view_v, const ShapeTracker& view_mask,
                                                 const ShapeTracker& view_scale);
+
+// Extraction's cost of a CudaAttention writing [batch, rows, width] (Runtime::backend_op_cost).
+// The kernel reads every key once per row without tensor cores: over decode's few rows
+// per kv head it replaces three launches, but over a prefill's rows it is far slower than
+// the two matmuls. Past kAttentionCheapRows rows it costs more than any program, so it
+// never seeds a search there (the search may still draw and measure it); below, nullopt.
+constexpr int64_t kAttentionCheapRows = 64;
+std::optional<double> attention_cost(std::span<const int64_t> shape);
 
 // (cuda-attention ...), the rule's guard: see rules/cuda_attention.egg.
 void register_attention_primitives(egraph::EGraph& eg);

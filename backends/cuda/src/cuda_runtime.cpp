@@ -64,6 +64,11 @@ std::optional<kernel::GemmLayout> cuda_gemm_layout(const ShapeTracker& va, const
   return l;
 }
 
+std::optional<double> runtime_backend_op_cost(std::string_view name, std::span<const int64_t> shape) {
+  if (name == "CudaAttention") return attention_cost(shape);
+  return std::nullopt;
+}
+
 void register_runtime_primitives(egraph::EGraph& eg) {
   using egraph::Value;
   using egraph::ValueKind;

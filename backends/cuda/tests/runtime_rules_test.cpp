@@ -27,7 +27,7 @@ bool allow_no_nvrtc() {
 
 // Programs extracted from the e-graph grown by the core rules and the CUDA backend's
 // rules (in its stages), by random genomes.
-std::vector<search::Extracted> extract_programs(TestModel& m, int count, uint64_t seed) {
+search::LoweredGraph saturated(TestModel& m) {
   auto lowered = search::lower_to_egraph(m.cx, [](egraph::EGraph& eg) { cuda::register_runtime_primitives(eg); });
   auto files = search::core_rule_files();
   for (auto& f : cuda::runtime_rule_files()) files.push_back(f);
@@ -40,6 +40,11 @@ std::vector<search::Extracted> extract_programs(TestModel& m, int count, uint64_
     ro.node_limit = static_cast<size_t>(stage.node_limit);
     lowered.egraph->run(egraph::Schedule::saturate(sets), ro);
   }
+  return lowered;
+}
+
+std::vector<search::Extracted> extract_programs(TestModel& m, int count, uint64_t seed) {
+  auto lowered = saturated(m);
   auto space = search::choice_space(lowered);
   std::mt19937_64 rng(seed);
   std::vector<search::Extracted> programs;
@@ -163,6 +168,49 @@ TEST(CudaRuntimeNoGpu, AttentionRuleMatchesDecodeShapes) {
       if (rounded) EXPECT_GT(with, 0) << what << ": no extracted program runs the attention as one op";
       else EXPECT_EQ(with, 0) << what << ": the op was offered for a program it does not compute";
     }
+}
+
+// The search's first candidate is the cheapest program by the extraction costs: the
+// attention kernel (no tensor cores, every key read once per row) must seed decode's
+// search, one query position, and never a prefill's, where it is far slower than the
+// matmuls (a cost of 1 scaled by its output made it seed both: TTFT 15 -> 84 ms).
+TEST(CudaRuntimeNoGpu, AttentionSeedsDecodeButNotPrefill) {
+  ::setenv("LUMINAL_CUDA_ATTENTION", "1", 1);
+  struct Unset {
+    ~Unset() { ::unsetenv("LUMINAL_CUDA_ATTENTION"); }
+  } unset;
+  TestModel m;
+  const int64_t heads = 32, kv_heads = 8, group = 4, head_dim = 128;
+  const Expression p = Expression::var("p"), s = Expression::var("s"), t = p + s;
+  const Expression z = Expression::index(), i = z / t, j = z % t;
+  auto q = m.cx.named_tensor("q", {s, heads, head_dim}, DType::BF16);
+  auto k = m.cx.named_tensor("k", {t, kv_heads, head_dim}, DType::BF16);
+  auto v = m.cx.named_tensor("v", {t, kv_heads, head_dim}, DType::BF16);
+  m.inputs = {q, k, v};
+  auto mask = m.cx.iota((le(j, p + i) - 1) * 1000000000, {s, t}, DType::I32).cast(DType::F32);
+  auto qh = q.reshape({s, kv_heads, group, head_dim}).permute({1, 2, 0, 3}).contiguous().reshape(
+      {Expression(kv_heads), Expression(group) * s, head_dim});
+  auto scores = qh.matmul(k.permute({1, 2, 0})).reshape({Expression(kv_heads), Expression(group), s, t})
+                    .cast(DType::F32) * 0.125;
+  auto probs = (scores + mask).softmax(-1).cast(DType::BF16).reshape({Expression(kv_heads), Expression(group) * s, t});
+  m.outputs.push_back(probs.matmul(v.permute({1, 0, 2})).output());
+  m.cx.set_dim("p", 511);
+  m.cx.set_dim("s", 1);
+  auto lowered = saturated(m);
+  auto space = search::choice_space(lowered);
+  auto seeded = [&](const DimMap& dims) {
+    auto genome = search::cheapest_genome(lowered, space, &dims, cuda::runtime_backend_op_cost);
+    auto program = search::extract(lowered, space, genome);
+    EXPECT_TRUE(program.has_value());
+    return program ? count_ops(program->program, "CudaAttention") : -1;
+  };
+  EXPECT_EQ(seeded({{"p", 511}, {"s", 1}}), 1) << "decode";
+  EXPECT_EQ(seeded({{"p", 0}, {"s", 512}}), 0) << "a 512-token prefill";
+  // Without the backend's cost, a prefill would be seeded with it.
+  DimMap prefill{{"p", 0}, {"s", 512}};
+  auto plain = search::extract(lowered, space, search::cheapest_genome(lowered, space, &prefill));
+  ASSERT_TRUE(plain.has_value());
+  EXPECT_EQ(count_ops(plain->program, "CudaAttention"), 1) << "the default cost no longer prefers it: the test proves nothing";
 }
 
 TEST(CudaRuntimeNoGpu, EmittedKernelsCompileForSm90) {

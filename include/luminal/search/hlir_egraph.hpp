@@ -9,7 +9,10 @@
 #pragma once
 
 #include <memory>
+#include <optional>
+#include <span>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -73,12 +76,18 @@ struct ChoiceSpace {
 // a choice that cannot become a program is never offered to the search.
 ChoiceSpace choice_space(const LoweredGraph& lowered);
 
+// A backend's own estimate for one node of its op `name` writing `shape` (evaluated at the
+// bucket's dims), in the units of the default below; nullopt keeps the default. For an op
+// whose cost the elements it writes do not tell (attention reads every key per output row).
+using BackendOpCost = std::function<std::optional<double>(std::string_view name, std::span<const int64_t> shape)>;
+
 // The genome that picks, in every slot, the option of least total constructor :cost
 // (primitives cost 1; a backend op's declaration sets its own), each scaled by the elements
 // it writes at `dims` (default: the source graph's representative dims), so each dim
-// bucket gets the cheapest program for its own sizes.
+// bucket gets the cheapest program for its own sizes. `op_cost`, when set, may replace a
+// backend op's scaled cost.
 std::vector<uint32_t> cheapest_genome(const LoweredGraph& lowered, const ChoiceSpace& space,
-                                      const DimMap* dims = nullptr);
+                                      const DimMap* dims = nullptr, const BackendOpCost& op_cost = {});
 // The genome of the unrewritten program: every slot picks the source graph's own node.
 std::vector<uint32_t> source_genome(const LoweredGraph& lowered, const ChoiceSpace& space);
 

@@ -10,7 +10,10 @@
 #pragma once
 
 #include <memory>
+#include <optional>
+#include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "luminal/runtime.hpp"
@@ -24,6 +27,7 @@ namespace luminal::cuda {
 std::vector<std::string> runtime_rule_files();
 std::vector<RuleStage> runtime_rule_stages(const Runtime& base, const CompileOptions& options);
 void register_runtime_primitives(egraph::EGraph& eg);
+std::optional<double> runtime_backend_op_cost(std::string_view name, std::span<const int64_t> shape);
 // The CUDA C translation unit of one region (kernel::serialize text), its entry point
 // named `name`. Throws luminal::Error when the region cannot be lowered.
 KernelSource region_kernel_source(const std::string& region, const std::string& name);
@@ -51,6 +55,10 @@ class CudaRuntime : public Runtime {
     return runtime_rule_stages(*this, options);
   }
   void register_primitives(egraph::EGraph& eg) const override { register_runtime_primitives(eg); }
+  // CudaAttention is a decode kernel (no tensor cores): it never seeds a prefill's search.
+  std::optional<double> backend_op_cost(std::string_view name, std::span<const int64_t> shape) const override {
+    return runtime_backend_op_cost(name, shape);
+  }
   void prepare(std::span<const luminal::Graph* const> programs) override;
   // F32/F16/BF16 profiling data is made on the device (a model's weights would take
   // minutes to make on the host); adversarial and integer data as the default does.
