@@ -6,17 +6,24 @@
 //   p[j]   = round_T(e[j] * (1 / sum_j e[j]))
 //   out[b, r, :] = round_T(sum_j p[j] * v[b, j, :])
 // with every product rounded before it is added (no FMA) and a NaN-propagating max, as the
-// primitives do; only the order of the sums differs. A block of 256 threads takes one row:
-// three passes over the keys (the maximum, the sum, then the probabilities a chunk of 256 at
-// a time, each thread one key, and the chunk's product with v, threads over the output
-// columns). Up to kAttnRowsCachedKeys keys the first pass keeps the scores in shared memory
-// (each thread its own keys, so no barrier guards them); past that each pass computes them
-// again, so that any number of keys fits and nothing is allocated. A decode step's attention (4 query heads per kv head,
-// ~500 keys) is the call it is for; the search measures it against the matmuls and the
-// softmax kernel on every other shape.
+// primitives do; only the order of the sums differs.
+//
+// Split-K (flash-decoding's shape) without its rescaling: a decode step has few rows (32 on
+// Llama-3-8B), so one block a row would leave most SMs idle. Each row takes a cluster of
+// Split blocks (Hopper thread-block clusters; Split 1 elsewhere), each a contiguous share of
+// the keys. The blocks exchange their maximum, then their sum, through distributed shared
+// memory before any probability is formed, so each p[j] is rounded from the row's own max
+// and sum exactly as the primitives round it (flash-decoding's rescaled partials would
+// round differently); the first block then adds the Split partial products with v.
+// A block of 256 threads: three passes over its keys (the maximum, the sum, then the
+// probabilities and their product with v: 16-byte loads of v, 256 / (width / 8) keys at
+// once). Up to kAttnRowsCachedKeys keys a block keeps its scores in shared memory (each
+// thread its own keys, so no barrier guards them); past that each pass computes them again,
+// so that any number of keys fits and nothing is allocated. The search measures it against
+// the matmuls and the softmax kernel; its cost keeps it from seeding a prefill's search.
 //
 // Sizes and strides come from device memory (the runtime's dims buffer), so that a captured
-// CUDA graph stays valid as the cache grows; blocks past the last row leave. params (int64):
+// CUDA graph stays valid as the cache grows; clusters past the last row leave. params (int64):
 //   0 batch, 1 rows, 2 group, 3 seq, 4 keys, 5 depth, 6 width,
 //   7 q_off, 8 q_bs, 9 q_rs, 10 q_cs,   11 k_off, 12 k_bs, 13 k_ds, 14 k_js,
 //   15 v_off, 16 v_bs, 17 v_js, 18 v_ds,
@@ -42,6 +49,32 @@ __device__ __forceinline__ float block_nan_max(float v, float* scratch) {
 #pragma unroll
   for (int offset = 16; offset > 0; offset >>= 1) v = nan_max(v, __shfl_xor_sync(0xffffffffu, v, offset));
   return v;
+}
+
+// The cluster's blocks (Split > 1): a barrier over all of them (release and acquire: shared
+// memory written before it is visible to every block after it), and a float of another
+// block's shared memory (the same variable, in block `rank` of the cluster).
+template <int Split>
+__device__ __forceinline__ void cluster_barrier() {
+  if constexpr (Split > 1) {
+    asm volatile("barrier.cluster.arrive.aligned;\n\tbarrier.cluster.wait.aligned;" ::: "memory");
+  } else {
+    __syncthreads();
+  }
+}
+
+template <int Split>
+__device__ __forceinline__ float cluster_load(const float* local, unsigned rank) {
+  if constexpr (Split > 1) {
+    const unsigned addr = static_cast<unsigned>(__cvta_generic_to_shared(local));
+    unsigned remote;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(addr), "r"(rank));
+    float v;
+    asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(remote) : "memory");
+    return v;
+  } else {
+    return *local;
+  }
 }
 
 template <class T>
@@ -127,23 +160,31 @@ struct AttentionValues {
   }
 };
 
-template <class T>
+template <class T, int Split>
 __device__ __forceinline__ void attention_rows(const T* __restrict__ q, const T* __restrict__ k,
                                                const T* __restrict__ v, const float* __restrict__ mask,
                                                const float* __restrict__ scale, T* __restrict__ out,
                                                const long long* __restrict__ p) {
   const long long batch = p[0], rows = p[1], seq = p[3], keys = p[4], depth = p[5], width = p[6];
-  const long long block = blockIdx.x;
-  if (block >= batch * rows) return;  // the whole block: no barrier is skipped
+  // Blocks blockIdx.x / Split * Split .. + Split - 1 are one cluster (1-D clusters are
+  // consecutive blocks) and take one row; the whole cluster leaves together.
+  const long long block = blockIdx.x / Split;
+  const unsigned part = blockIdx.x % Split;
+  if (block >= batch * rows) return;
   const long long b = block / rows, r = block % rows, g = r / seq, i = r % seq;
+  const long long share = (keys + Split - 1) / Split;
+  const long long first = part * share < keys ? part * share : keys;
+  const long long last = first + share < keys ? first + share : keys;  // this block's keys: [first, last)
+  const long long own = last - first;
   const int tid = threadIdx.x;
   constexpr int V = Pack<T>::N;
   __shared__ float q_row[kAttnRowsMaxDepth];
   __shared__ float scratch[32];
+  __shared__ float exchanged[2];  // this block's maximum, then its sum, for the cluster
   __shared__ float probs[kAttnRowsThreads];
   __shared__ float partial[kAttnRowsThreads * V];
   __shared__ float cached[kAttnRowsCachedKeys];
-  const bool cache = keys <= kAttnRowsCachedKeys;
+  const bool cache = own <= kAttnRowsCachedKeys;
   for (long long d = tid; d < depth; d += kAttnRowsThreads)
     q_row[d] = to_float(q[p[7] + b * p[8] + r * p[9] + d * p[10]]);
   __syncthreads();
@@ -161,20 +202,32 @@ __device__ __forceinline__ void attention_rows(const T* __restrict__ q, const T*
   row.vector_k = row.k_ds == 1 && depth % V == 0 && row.k_js % V == 0 &&
                  reinterpret_cast<unsigned long long>(row.k_base) % 16 == 0;
 
-  // The maximum, then the sum of the exponentials.
+  // The row's maximum, then the sum of its exponentials: each block over its keys, then
+  // over the cluster.
   float mx = LK_NEG_INF;
-  for (long long j = tid; j < keys; j += kAttnRowsThreads) {
+  for (long long j = first + tid; j < last; j += kAttnRowsThreads) {
     const float f = row.score(j);
-    if (cache) cached[j] = f;
+    if (cache) cached[j - first] = f;
     mx = nan_max(mx, f);
   }
   mx = block_nan_max(mx, scratch);
+  if (Split > 1) {
+    if (tid == 0) exchanged[0] = mx;
+    cluster_barrier<Split>();
+    for (unsigned c = 0; c < Split; ++c) mx = nan_max(mx, cluster_load<Split>(&exchanged[0], c));
+  }
   const float neg_max = __fmul_rn(mx, -1.0f);
   constexpr float kLog2e = 1.4426950408889634f;
   float sum = 0.0f;
-  for (long long j = tid; j < keys; j += kAttnRowsThreads)
-    sum = __fadd_rn(sum, exp2f(__fmul_rn(__fadd_rn(cache ? cached[j] : row.score(j), neg_max), kLog2e)));
+  for (long long j = first + tid; j < last; j += kAttnRowsThreads)
+    sum = __fadd_rn(sum, exp2f(__fmul_rn(__fadd_rn(cache ? cached[j - first] : row.score(j), neg_max), kLog2e)));
   sum = block_sum(sum, scratch);
+  if (Split > 1) {
+    if (tid == 0) exchanged[1] = sum;
+    cluster_barrier<Split>();
+    sum = 0.0f;
+    for (unsigned c = 0; c < Split; ++c) sum = __fadd_rn(sum, cluster_load<Split>(&exchanged[1], c));
+  }
   const float inv_sum = __frcp_rn(sum);
   auto probability = [&](float f) {
     return to_float(from_float<T>(__fmul_rn(exp2f(__fmul_rn(__fadd_rn(f, neg_max), kLog2e)), inv_sum)));
@@ -190,36 +243,55 @@ __device__ __forceinline__ void attention_rows(const T* __restrict__ q, const T*
   values.init(tid);
   if (cache) {
     // Every probability in place of its score (each thread its own keys), then one pass.
-    for (long long j = tid; j < keys; j += kAttnRowsThreads) cached[j] = probability(cached[j]);
+    for (long long j = tid; j < own; j += kAttnRowsThreads) cached[j] = probability(cached[j]);
     __syncthreads();
-    values.add(cached, 0, keys);
+    values.add(cached, first, own);
   } else {
     // A chunk of probabilities at a time, then the chunk's product with v.
-    for (long long j0 = 0; j0 < keys; j0 += kAttnRowsThreads) {
+    for (long long j0 = first; j0 < last; j0 += kAttnRowsThreads) {
       const long long j = j0 + tid;
-      const float pj = j < keys ? probability(row.score(j)) : 0.0f;
+      const float pj = j < last ? probability(row.score(j)) : 0.0f;
       __syncthreads();  // the chunk before is read
       probs[tid] = pj;
       __syncthreads();
-      values.add(probs, j0, keys - j0 < kAttnRowsThreads ? keys - j0 : kAttnRowsThreads);
+      values.add(probs, j0, last - j0 < kAttnRowsThreads ? last - j0 : kAttnRowsThreads);
     }
   }
   __syncthreads();
   values.store(partial);
   __syncthreads();
+  // This block's share of the output, column c in partial[c] (the lanes' sums added).
   for (long long c = tid; c < width; c += kAttnRowsThreads) {
     float o = 0.0f;
     for (int l = 0; l < values.lanes; ++l) o = __fadd_rn(o, partial[l * width + c]);
-    out[(b * rows + r) * width + c] = from_float<T>(o);
+    partial[c] = o;  // lane 0's entry of column c, read only by this thread
   }
+  if (Split > 1) cluster_barrier<Split>();  // every block's share is written
+  else __syncthreads();
+  if (part == 0)
+    for (long long c = tid; c < width; c += kAttnRowsThreads) {
+      float o = partial[c];
+      for (unsigned s = 1; s < Split; ++s) o = __fadd_rn(o, cluster_load<Split>(&partial[c], s));
+      out[(b * rows + r) * width + c] = from_float<T>(o);
+    }
+  if (Split > 1) cluster_barrier<Split>();  // no block leaves while the first reads its share
 }
 
 }  // namespace lk
 
+// Split 1: one block a row, any arch. The cluster entry (sm_90 and later) takes a cluster
+// of SPLIT blocks a row; the runtime launches SPLIT times as many blocks.
 #define LUMINAL_ATTENTION_ROWS_ENTRY(NAME, T)                                                                    \
   extern "C" __global__ void __launch_bounds__(lk::kAttnRowsThreads)                                             \
       NAME(const T* q, const T* k, const T* v, const float* mask, const float* scale, T* out,                    \
            const long long* params) {                                                                            \
     LK_GRID_ENTER();                                                                                              \
-    lk::attention_rows<T>(q, k, v, mask, scale, out, params);                                                    \
+    lk::attention_rows<T, 1>(q, k, v, mask, scale, out, params);                                                 \
+  }
+#define LUMINAL_ATTENTION_ROWS_CLUSTER_ENTRY(NAME, T, SPLIT)                                                     \
+  extern "C" __global__ void __cluster_dims__(SPLIT, 1, 1) __launch_bounds__(lk::kAttnRowsThreads)              \
+      NAME(const T* q, const T* k, const T* v, const float* mask, const float* scale, T* out,                    \
+           const long long* params) {                                                                            \
+    LK_GRID_ENTER();                                                                                              \
+    lk::attention_rows<T, SPLIT>(q, k, v, mask, scale, out, params);                                             \
   }

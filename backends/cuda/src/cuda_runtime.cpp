@@ -1753,10 +1753,12 @@ void CudaRuntime::run(size_t slot, const DimMap& dims) {
           LUMINAL_ASSERT(values.size() == static_cast<size_t>(kAttentionRowsParams), "cuda: attention params ",
                          values.size());
           const size_t params = rs.add_values(values);
-          const int64_t grid = rs.blocks(l.batch * l.rows);
+          const int split = attention_rows_split(s.shared->context->info().cc_major);
+          const int64_t grid = rs.blocks(l.batch * l.rows) * split;
           LUMINAL_CHECK(grid <= std::numeric_limits<int32_t>::max(), "cuda: ", what, " needs ", grid,
                         " blocks, above the grid limit");
-          api::CUfunction fn = s.shared->modules->function(attention_rows_source(n.dtype), kAttentionRowsKernelName);
+          api::CUfunction fn =
+              s.shared->modules->function(attention_rows_source(n.dtype, split), kAttentionRowsKernelName);
           const DevicePtr q = ptr[n.inputs[0].node], k = ptr[n.inputs[1].node], v = ptr[n.inputs[2].node],
                           mask = ptr[n.inputs[3].node], scale = ptr[n.inputs[4].node], out = ptr[step.node];
           Resolved* rp = &r;

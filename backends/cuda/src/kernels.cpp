@@ -424,12 +424,15 @@ KernelSource small_matmul_source(DType dtype) {
                                  ")"));
 }
 
-KernelSource attention_rows_source(DType dtype) {
+KernelSource attention_rows_source(DType dtype, int split) {
   LUMINAL_CHECK(dtype == DType::F32 || dtype == DType::F16 || dtype == DType::BF16,
                 "attention rows take F32, F16 or BF16, got ", dtype_name(dtype));
-  return assemble(detail::concat("attention_rows_", lower(dtype_name(dtype))), embedded::kAttentionRowsCu,
-                  detail::concat("LUMINAL_ATTENTION_ROWS_ENTRY(", kAttentionRowsKernelName, ", ",
-                                 kernel_type_name(dtype), ")"));
+  LUMINAL_CHECK(split >= 1 && split <= 8, "attention rows: a cluster of ", split, " blocks (1 to 8)");
+  const std::string entry =
+      split == 1 ? detail::concat("LUMINAL_ATTENTION_ROWS_ENTRY(", kAttentionRowsKernelName, ", ", kernel_type_name(dtype), ")")
+                 : detail::concat("LUMINAL_ATTENTION_ROWS_CLUSTER_ENTRY(", kAttentionRowsKernelName, ", ",
+                                  kernel_type_name(dtype), ", ", split, ")");
+  return assemble(detail::concat("attention_rows_", lower(dtype_name(dtype)), "_s", split), embedded::kAttentionRowsCu, entry);
 }
 
 // ---- fill ----
@@ -494,7 +497,7 @@ std::vector<KernelSource> all_kernel_sources() {
     sources.push_back(assemble("kernels_" + lower(dtype_name(dt)), embedded::kGemvCu, entries));
     sources.push_back(fill_source(dt));
     sources.push_back(small_matmul_source(dt));
-    sources.push_back(attention_rows_source(dt));
+    for (int split : {1, attention_rows_split(9)}) sources.push_back(attention_rows_source(dt, split));
     sources.push_back(rows_source(dt));
     sources.push_back(kv_scatter_source(dt));
     if (dt == DType::BF16) {

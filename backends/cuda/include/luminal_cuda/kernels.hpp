@@ -150,10 +150,14 @@ inline constexpr unsigned kSmallMatmulThreads = 256;
 inline constexpr int64_t kSmallMatmulMaxRows = 16;
 
 // Attention rows (kernels/attention_rows.cu), the CudaAttention op: q . k^T rounded, times a
-// scale, plus a mask, softmax over the keys, times v, one block per (batch, row), sizes and
-// strides from kAttentionRowsParams int64s in device memory (the layout is in the file).
-// F32, F16 or BF16; depth and width up to kAttentionRowsMaxDepth.
-KernelSource attention_rows_source(DType dtype);
+// scale, plus a mask, softmax over the keys, times v, a cluster of `split` blocks per
+// (batch, row) (split > 1 needs sm_90: thread-block clusters), sizes and strides from
+// kAttentionRowsParams int64s in device memory (the layout is in the file). Launch:
+// kAttentionRowsThreads threads, split * batch * rows blocks or more. F32, F16 or BF16;
+// depth and width up to kAttentionRowsMaxDepth.
+KernelSource attention_rows_source(DType dtype, int split);
+// The split for a device of compute capability `cc_major`.
+inline int attention_rows_split(int cc_major) { return cc_major >= 9 ? 8 : 1; }
 inline constexpr const char* kAttentionRowsKernelName = "luminal_attention_rows";
 inline constexpr int kAttentionRowsParams = 29;
 inline constexpr unsigned kAttentionRowsThreads = 256;

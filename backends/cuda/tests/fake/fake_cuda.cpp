@@ -323,7 +323,7 @@ CUresult load_module(Module& m, const std::string& source) {
   bool hand_written = false;
   for (const char* family :
        {"LUMINAL_GEMV_ENTRY", "LUMINAL_GEMV_GROUP_ENTRY", "LUMINAL_FILL_ENTRY", "LUMINAL_SMALL_MATMUL_ENTRY",
-        "LUMINAL_ATTENTION_ROWS_ENTRY"})
+        "LUMINAL_ATTENTION_ROWS_ENTRY", "LUMINAL_ATTENTION_ROWS_CLUSTER_ENTRY"})
     for (const auto& args : macro_uses(source, family)) {
       if (args.size() < 2) continue;
       Function f;
