@@ -127,6 +127,30 @@ TEST(CudaRuntimeNoGpu, MatmulRulesPinTheLayout) {
   }
 }
 
+// Grouped-query attention as the models spell it (models/src/nn.cpp, gqa_attention): q
+// stacked per kv head, scores rounded to BF16, upcast, scaled, a causal mask added, softmax
+// in F32, then the product with v, the probabilities rounded to BF16 (`rounded`) or left in
+// F32 (another program). q is [s, heads, head_dim]; k and v hold p + s positions.
+void build_gqa_attention(TestModel& m, const Expression& p, const Expression& s, int64_t heads, int64_t kv_heads,
+                         int64_t head_dim, double scale, bool rounded) {
+  const int64_t group = heads / kv_heads;
+  const Expression t = p + s, z = Expression::index(), i = z / t, j = z % t;
+  auto q = m.cx.named_tensor("q", {s, heads, head_dim}, DType::BF16);
+  auto k = m.cx.named_tensor("k", {t, kv_heads, head_dim}, DType::BF16);
+  auto v = m.cx.named_tensor("v", {t, kv_heads, head_dim}, DType::BF16);
+  m.inputs = {q, k, v};
+  auto mask = m.cx.iota((le(j, p + i) - 1) * 1000000000, {s, t}, DType::I32).cast(DType::F32);
+  auto qh = q.reshape({s, kv_heads, group, head_dim}).permute({1, 2, 0, 3}).contiguous().reshape(
+      {Expression(kv_heads), Expression(group) * s, head_dim});
+  auto scores = qh.matmul(k.permute({1, 2, 0})).reshape({Expression(kv_heads), Expression(group), s, t})
+                    .cast(DType::F32) * scale;
+  auto probs = (scores + mask).softmax(-1);
+  auto vh = v.permute({1, 0, 2});
+  auto out = rounded ? probs.cast(DType::BF16).reshape({Expression(kv_heads), Expression(group) * s, t}).matmul(vh)
+                     : probs.reshape({Expression(kv_heads), Expression(group) * s, t}).matmul(vh.cast(DType::F32));
+  m.outputs.push_back(out.output());
+}
+
 // The attention rule (rules/cuda_attention.egg) offers CudaAttention for attention as the
 // models spell it, with symbolic dims (a dim bucket's program) and with static ones, where
 // the one query position is an axis of size 1 that reshapes spell unlike a contiguous view
@@ -138,26 +162,11 @@ TEST(CudaRuntimeNoGpu, AttentionRuleMatchesDecodeShapes) {
   struct Unset {
     ~Unset() { ::unsetenv("LUMINAL_CUDA_ATTENTION"); }
   } unset;
-  const int64_t heads = 4, kv_heads = 2, group = 2, head_dim = 16;
   for (bool symbolic : {true, false})
     for (bool rounded : {true, false}) {
       TestModel m;
       const Expression p = symbolic ? Expression::var("p") : Expression(9), s = symbolic ? Expression::var("s") : Expression(1);
-      const Expression t = p + s, z = Expression::index(), i = z / t, j = z % t;
-      auto q = m.cx.named_tensor("q", {s, heads, head_dim}, DType::BF16);
-      auto k = m.cx.named_tensor("k", {t, kv_heads, head_dim}, DType::BF16);
-      auto v = m.cx.named_tensor("v", {t, kv_heads, head_dim}, DType::BF16);
-      m.inputs = {q, k, v};
-      auto mask = m.cx.iota((le(j, p + i) - 1) * 1000000000, {s, t}, DType::I32).cast(DType::F32);
-      auto qh = q.reshape({s, kv_heads, group, head_dim}).permute({1, 2, 0, 3}).contiguous().reshape(
-          {Expression(kv_heads), Expression(group) * s, head_dim});
-      auto scores = qh.matmul(k.permute({1, 2, 0})).reshape({Expression(kv_heads), Expression(group), s, t})
-                        .cast(DType::F32) * 0.25;
-      auto probs = (scores + mask).softmax(-1);
-      auto vh = v.permute({1, 0, 2});
-      auto out = rounded ? probs.cast(DType::BF16).reshape({Expression(kv_heads), Expression(group) * s, t}).matmul(vh)
-                         : probs.reshape({Expression(kv_heads), Expression(group) * s, t}).matmul(vh.cast(DType::F32));
-      m.outputs.push_back(out.output());
+      build_gqa_attention(m, p, s, 4, 2, 16, 0.25, rounded);
       if (symbolic) {
         m.cx.set_dim("p", 9);
         m.cx.set_dim("s", 1);
@@ -180,20 +189,7 @@ TEST(CudaRuntimeNoGpu, AttentionSeedsDecodeButNotPrefill) {
     ~Unset() { ::unsetenv("LUMINAL_CUDA_ATTENTION"); }
   } unset;
   TestModel m;
-  const int64_t heads = 32, kv_heads = 8, group = 4, head_dim = 128;
-  const Expression p = Expression::var("p"), s = Expression::var("s"), t = p + s;
-  const Expression z = Expression::index(), i = z / t, j = z % t;
-  auto q = m.cx.named_tensor("q", {s, heads, head_dim}, DType::BF16);
-  auto k = m.cx.named_tensor("k", {t, kv_heads, head_dim}, DType::BF16);
-  auto v = m.cx.named_tensor("v", {t, kv_heads, head_dim}, DType::BF16);
-  m.inputs = {q, k, v};
-  auto mask = m.cx.iota((le(j, p + i) - 1) * 1000000000, {s, t}, DType::I32).cast(DType::F32);
-  auto qh = q.reshape({s, kv_heads, group, head_dim}).permute({1, 2, 0, 3}).contiguous().reshape(
-      {Expression(kv_heads), Expression(group) * s, head_dim});
-  auto scores = qh.matmul(k.permute({1, 2, 0})).reshape({Expression(kv_heads), Expression(group), s, t})
-                    .cast(DType::F32) * 0.125;
-  auto probs = (scores + mask).softmax(-1).cast(DType::BF16).reshape({Expression(kv_heads), Expression(group) * s, t});
-  m.outputs.push_back(probs.matmul(v.permute({1, 0, 2})).output());
+  build_gqa_attention(m, Expression::var("p"), Expression::var("s"), 32, 8, 128, 0.125, true);
   m.cx.set_dim("p", 511);
   m.cx.set_dim("s", 1);
   auto lowered = saturated(m);
