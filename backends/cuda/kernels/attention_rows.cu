@@ -134,7 +134,7 @@ struct AttentionValues {
     for (int e = 0; e < V; ++e) acc[e] = 0.0f;
   }
   __device__ __forceinline__ void add(const float* probs, long long j0, long long n) {
-    if (lane >= lanes || per_key > kAttnRowsThreads) return;
+    if (lane >= lanes) return;
     if (vector_v) {
       constexpr int V = Pack<T>::N;
       const T* base = v_base + column;
