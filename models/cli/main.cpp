@@ -242,8 +242,10 @@ void run_generate(const GenerateCliOptions& o) {
     stats.precision(1);
     stats << "prompt tokens: " << prompts[i].size() << ", generated: " << r.tokens.size() << " ("
           << r.stop_reason << ")\n";
+    stats.precision(2);  // a GPU's decode step is a few ms: 0.1 ms is a few percent
     stats << "TTFT: " << r.ttft_seconds * 1e3 << " ms\n";
     stats << "TPOT: " << r.tpot_seconds * 1e3 << " ms\n";
+    stats.precision(1);
     if (o.verbose) {
       stats.precision(3);
       stats << "TPOT split: execute " << r.step_execute_seconds * 1e3 << " ms, read logits "

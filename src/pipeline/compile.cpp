@@ -57,6 +57,18 @@ void note_slow_comparison(bool verbose, const char* what, NodeId id, const HostT
                  std::string(dtype_name(t.dtype)).c_str(), t.numel(), seconds);
 }
 
+// " CudaAttention:1 Mul:3 ...": the ops a program computes (backend ops by name), for the
+// verbose log.
+std::string op_counts(const Graph& program) {
+  std::map<std::string, int> kinds;
+  for (const Node& n : program.nodes())
+    if (n.op == OpKind::BackendOp) kinds[n.backend->name]++;
+    else if (n.op != OpKind::Input && n.op != OpKind::Output) kinds[std::string(op_name(n.op))]++;
+  std::string out;
+  for (const auto& [name, count] : kinds) out += " " + name + ":" + std::to_string(count);
+  return out;
+}
+
 using BucketRanges = std::map<std::string, std::pair<int64_t, int64_t>>;
 
 // Every combination of buckets, as (ranges, representative dims, upper dims).
@@ -313,13 +325,7 @@ class SegmentProfiler {
                                              : std::string(search::rejection_name(ev.rejection)) + ": " + ev.detail;
       std::fprintf(stderr, "\n  candidate of %zu nodes: load %.2f s, warm-up %.2f s, %.2f s in all, %s",
                    candidate.program.size(), load_s, r.warmup_seconds, total_s, verdict.c_str());
-      if (trace_all) {
-        std::map<std::string, int> kinds;
-        for (const Node& n : candidate.program.nodes())
-          if (n.op == OpKind::BackendOp) kinds[n.backend->name]++;
-          else if (n.op != OpKind::Input && n.op != OpKind::Output) kinds[std::string(op_name(n.op))]++;
-        for (const auto& [name, count] : kinds) std::fprintf(stderr, " %s:%d", name.c_str(), count);
-      }
+      if (trace_all) std::fprintf(stderr, "%s", op_counts(candidate.program).c_str());
     };
     ProfileOptions po;
     po.trials = o_.trials_;
@@ -637,6 +643,10 @@ search::SegmentProgram search_segment(const SaturatedSegment& seg, const Runtime
   }
   auto program = search::extract(seg.lowered, space, best);
   LUMINAL_ASSERT(program.has_value(), "the chosen program is cyclic");
+  // verbose: which ops the segment runs (did a backend's op make it into the program?).
+  if (o.verbose_)
+    std::fprintf(stderr, "\n  chosen program of %zu nodes:%s", program->program.size(),
+                 op_counts(program->program).c_str());
   report.segments_compiled++;
   return {std::move(program->program), std::move(program->io_of)};
 }
@@ -855,7 +865,8 @@ void Graph::compile_into(Runtime& runtime, const CompileOptions& options) const 
   report.stitch_load_s = since(t);
   report.total_s = since(start);
   if (options.verbose_) {
-    std::fprintf(stderr, "%s\n", report.to_string().c_str());
+    // The per-segment lines above leave their line open.
+    std::fprintf(stderr, "%s%s\n", report.segments_compiled > 0 ? "\n" : "", report.to_string().c_str());
     for (const auto& note : report.notes) std::fprintf(stderr, "  note: %s\n", note.c_str());
   }
   if (options.report_) *options.report_ = report;

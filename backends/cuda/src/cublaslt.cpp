@@ -5,6 +5,7 @@
 #include <string_view>
 
 #include "luminal/error.hpp"
+#include "luminal_cuda/device.hpp"
 
 namespace luminal::cuda {
 
@@ -283,6 +284,7 @@ void CublasLt::enqueue(const Plan& plan, DevicePtr a, DevicePtr b, DevicePtr d, 
   const void* first = reinterpret_cast<const void*>(static_cast<uintptr_t>(plan.swapped ? b : a));
   const void* second = reinterpret_cast<const void*>(static_cast<uintptr_t>(plan.swapped ? a : b));
   void* out = reinterpret_cast<void*>(static_cast<uintptr_t>(d));
+  note_launch(&plan);  // its algorithm, fixed when prepared, decides the kernels
   LUMINAL_CUBLASLT(cublasLtMatmul, handle_, plan.desc, &plan.spec.alpha, first, plan.a, second, plan.b,
                    &plan.spec.beta, out, plan.d, out, plan.d, &plan.algo,
                    reinterpret_cast<void*>(static_cast<uintptr_t>(workspace_.ptr())), plan.workspace, stream);

@@ -33,12 +33,13 @@ namespace luminal::cuda {
 std::vector<std::string> runtime_rule_files() {
   const std::string dir = std::string(LUMINAL_CUDA_SOURCE_DIR) + "/rules/";
   std::vector<std::string> files{dir + "cuda.egg"};
-  // Residual epilogues are opt-in (LUMINAL_CUDA_RESIDUAL_EPILOGUE=1) until a GPU run has
-  // measured them on the models (docs/CUDA_BACKEND.md, session 21).
+  // Residual epilogues: on (the 8B decode step 6.57 against 6.70 ms on an H100, session
+  // 24); LUMINAL_CUDA_RESIDUAL_EPILOGUE=0 leaves them out, to measure them.
   const char* residual = std::getenv("LUMINAL_CUDA_RESIDUAL_EPILOGUE");
-  if (residual && std::string_view(residual) == "1") files.push_back(dir + "cuda_residual.egg");
-  // Attention as one kernel is opt-in (LUMINAL_CUDA_ATTENTION=1) until a GPU run has
-  // measured it on the models.
+  if (!(residual && std::string_view(residual) == "0")) files.push_back(dir + "cuda_residual.egg");
+  // Attention as one kernel is opt-in (LUMINAL_CUDA_ATTENTION=1): faster alone (15.5
+  // against 22.7 us a layer) but no faster in the 8B decode step (6.94 against 6.70 ms in
+  // one H100 call, 6.61 against 6.64 in the next; session 24, docs/CUDA_BACKEND.md).
   const char* attention = std::getenv("LUMINAL_CUDA_ATTENTION");
   if (attention && std::string_view(attention) == "1") files.push_back(dir + "cuda_attention.egg");
   files.push_back(kernel::fusion_rule_file());
@@ -725,6 +726,7 @@ struct CudaRuntime::State {
   // for them: a kernel's error recurs there.
   bool defer_wait = false;
   int captured = 0, replays = 0, updated = 0, eager_runs = 0;
+  int relaunched = 0;  // new resolutions instantiated because their kernels differ from the live graph's
   int resolutions = 0, reused = 0;  // runs resolved anew; runs of new dims that reused a resolution
   int gemvs_grouped = 0;  // GEMV steps that joined the launch of the one before
   PinnedBuffer staging;   // get_tensor's page-locked buffer for reads up to kPinnedStagingLimit
@@ -748,9 +750,9 @@ struct CudaRuntime::State {
     if (print_host_times && timed_runs > 0) {
       std::fprintf(stderr,
                    "cuda host: %lld runs, ms per run: %s; %d resolutions, %d reused for new dims, %d graphs "
-                   "instantiated, %d updated, %d replays, %d eager\n",
+                   "instantiated (%d of them for other kernels than the live graph's), %d updated, %d replays, %d eager\n",
                    static_cast<long long>(timed_runs), phases_per_run(host_ms, timed_runs).c_str(), resolutions, reused,
-                   captured, updated, replays, eager_runs);
+                   captured, relaunched, updated, replays, eager_runs);
       if (steady_runs > 0)
         std::fprintf(stderr, "cuda host: %lld steady runs (no new resolution or graph), ms per run: %s\n",
                      static_cast<long long>(steady_runs), phases_per_run(steady_ms, steady_runs).c_str());
@@ -1239,7 +1241,9 @@ struct Resolver {
 //   alternate) gets its own graph, instantiated from its capture: both then replay.
 // - A new resolution (a decode step at a new position, a rebound pointer, a grown arena)
 //   is captured, which is cheap, and the live graph is updated in place to run it
-//   (cuGraphExecUpdate); when the update is refused (a node added, removed or changed in a
+//   (cuGraphExecUpdate) if it launches the same kernels and cuBLASLt plans (only its
+//   arguments, grids and sizes differ; GraphExec::launches_same_as), else instantiated
+//   from the capture; when the update is refused (a node added, removed or changed in a
 //   way an update cannot take) the live graph is instantiated again from the capture.
 // - The plan's very first run goes eagerly (a program run once never pays for a graph),
 //   and so does every new resolution when updates are off (LUMINAL_CUDA_GRAPH_UPDATE=0,
@@ -1266,7 +1270,9 @@ GraphExec* graph_to_launch(CudaRuntime::State& s, ProgramPlan& p, Resolved& r, S
       s.graph_updates && updates_worth_trying(p.updates_refused, p.updates_done) && graph_update_available();
   if (p.runs == 0 || !update) return nullptr;
   r.capture = std::make_unique<CapturedGraph>(stream, enqueue_all);
-  if (p.live) {
+  if (p.live && !p.live->launches_same_as(*r.capture)) {
+    ++s.relaunched;  // another kernel or cuBLASLt plan: instantiated, not updated (GraphExec)
+  } else if (p.live) {
     std::string why;
     if (p.live->update(*r.capture, &why)) {
       ++p.updates_done;

@@ -164,6 +164,7 @@ bool dependent_launches() { return g_dependent_launches.load(std::memory_order_r
 
 void launch_kernel(api::CUfunction fn, unsigned grid_x, unsigned grid_y, unsigned grid_z, unsigned block,
                    unsigned shared_bytes, StreamHandle stream, void** params) {
+  note_launch(fn);
   if (dependent_launches()) {
     api::CUlaunchAttribute attr;
     attr.id = api::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
@@ -195,9 +196,23 @@ float Event::elapsed_ms(const Event& start, const Event& end) {
   return ms;
 }
 
+namespace {
+thread_local std::vector<const void*>* recording_launches = nullptr;  // the capture under way
+}  // namespace
+
+void note_launch(const void* what) {
+  if (recording_launches) recording_launches->push_back(what);
+}
+
 CapturedGraph::CapturedGraph(StreamHandle stream, const std::function<void()>& enqueue) {
   LUMINAL_CU(cuStreamBeginCapture, stream, api::CU_STREAM_CAPTURE_MODE_RELAXED);
+  struct Record {
+    std::vector<const void*>* before;
+    explicit Record(std::vector<const void*>* into) : before(recording_launches) { recording_launches = into; }
+    ~Record() { recording_launches = before; }
+  };
   try {
+    Record record(&launches_);
     enqueue();
   } catch (...) {
     api::CUgraph broken = nullptr;
@@ -212,7 +227,7 @@ CapturedGraph::~CapturedGraph() {
   if (graph_) api::driver_table().cuGraphDestroy(graph_);
 }
 
-GraphExec::GraphExec(const CapturedGraph& graph) {
+GraphExec::GraphExec(const CapturedGraph& graph) : launches_(graph.launches()) {
   LUMINAL_CU(cuGraphInstantiateWithFlags, &exec_, graph.get(), 0ull);
 }
 GraphExec::~GraphExec() {
@@ -232,7 +247,10 @@ bool GraphExec::update(const CapturedGraph& graph, std::string* why) {
   }
   api::CUgraphExecUpdateResultInfo info;
   const api::CUresult r = driver.cuGraphExecUpdate(exec_, graph.get(), &info);
-  if (r == api::CUDA_SUCCESS && info.result == api::CU_GRAPH_EXEC_UPDATE_SUCCESS) return true;
+  if (r == api::CUDA_SUCCESS && info.result == api::CU_GRAPH_EXEC_UPDATE_SUCCESS) {
+    launches_ = graph.launches();
+    return true;
+  }
   if (!why) return false;
   static const char* const reasons[] = {"success",          "error",           "topology changed",
                                         "node type changed", "function changed", "parameters changed",

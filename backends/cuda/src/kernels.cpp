@@ -7,6 +7,7 @@
 #include <initializer_list>
 #include <limits>
 #include <optional>
+#include <string_view>
 
 #include "embedded_kernels.hpp"
 #include "luminal/error.hpp"
@@ -422,6 +423,19 @@ KernelSource small_matmul_source(DType dtype) {
   return assemble(detail::concat("small_matmul_", lower(dtype_name(dtype))), embedded::kSmallMatmulCu,
                   detail::concat("LUMINAL_SMALL_MATMUL_ENTRY(", kSmallMatmulKernelName, ", ", kernel_type_name(dtype),
                                  ")"));
+}
+
+int attention_rows_split(int cc_major) {
+  static const int from_env = [] {
+    const char* env = std::getenv("LUMINAL_CUDA_ATTENTION_SPLIT");
+    if (!env || !*env) return 0;
+    const std::string_view v(env);
+    LUMINAL_CHECK(v == "1" || v == "2" || v == "4" || v == "8",
+                  "LUMINAL_CUDA_ATTENTION_SPLIT must be 1, 2, 4 or 8 (blocks per attention row), got '", env, "'");
+    return v[0] - '0';
+  }();
+  if (cc_major < 9) return 1;  // clusters need sm_90
+  return from_env ? from_env : 8;
 }
 
 KernelSource attention_rows_source(DType dtype, int split) {

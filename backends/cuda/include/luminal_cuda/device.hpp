@@ -159,10 +159,17 @@ class CapturedGraph {
   CapturedGraph(const CapturedGraph&) = delete;
   CapturedGraph& operator=(const CapturedGraph&) = delete;
   api::CUgraph get() const { return graph_; }
+  // What it launches, in order (note_launch): each kernel's function, each library call's plan.
+  const std::vector<const void*>& launches() const { return launches_; }
 
  private:
   api::CUgraph graph_ = nullptr;
+  std::vector<const void*> launches_;
 };
+
+// Called by every launch this backend makes (launch_kernel: the function; a cuBLASLt call:
+// its plan): while a CapturedGraph records, appends `what` to its launches.
+void note_launch(const void* what);
 
 // An executable graph. update() re-points it at another capture of the same shape (same
 // nodes in the same order, other grids, arguments, sizes), far cheaper than instantiating.
@@ -179,9 +186,16 @@ class GraphExec {
   // an unsupported change) or fails: the executable must then be instantiated again from
   // `graph` (which throws, naming the call, if the context itself is broken).
   bool update(const CapturedGraph& graph, std::string* why = nullptr);
+  // Whether `graph` launches the same kernels and library plans, in the same order, as
+  // this executable runs now: the only updates this backend asks for. The driver also
+  // accepts an update that swaps a kernel's function, but on an H100 (CUDA 13) such
+  // updates between cuBLASLt algorithms, or between cuBLASLt and our GEMV, ran wrong
+  // results (docs/LESSONS.md); an update now only re-points arguments, grids and sizes.
+  bool launches_same_as(const CapturedGraph& graph) const { return graph.launches() == launches_; }
 
  private:
   api::CUgraphExec exec_ = nullptr;
+  std::vector<const void*> launches_;  // those of the capture it runs
 };
 
 // Work captured once from a stream (kernels and cuBLASLt calls alike) and replayed: a

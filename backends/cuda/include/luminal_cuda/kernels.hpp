@@ -156,8 +156,9 @@ inline constexpr int64_t kSmallMatmulMaxRows = 16;
 // kAttentionRowsThreads threads, split * batch * rows blocks or more. F32, F16 or BF16;
 // depth and width up to kAttentionRowsMaxDepth.
 KernelSource attention_rows_source(DType dtype, int split);
-// The split for a device of compute capability `cc_major`.
-inline int attention_rows_split(int cc_major) { return cc_major >= 9 ? 8 : 1; }
+// The split for a device of compute capability `cc_major`: 8 on sm_90 and later, 1 before;
+// LUMINAL_CUDA_ATTENTION_SPLIT=1, 2, 4 or 8 sets it on sm_90 (to measure it in a model).
+int attention_rows_split(int cc_major);
 inline constexpr const char* kAttentionRowsKernelName = "luminal_attention_rows";
 inline constexpr int kAttentionRowsParams = 29;
 inline constexpr unsigned kAttentionRowsThreads = 256;
