@@ -234,8 +234,7 @@ struct CpuRuntime::State {
       if (e.b == a.b && e.dtype == a.b_dtype && e.k == a.k && e.n == a.n && e.row_stride == a.b_row_stride &&
           e.col_stride == a.b_col_stride && e.packed->isa == active_isa())
         return e.packed.get();
-    const int64_t bytes = round_up_to_32(a.n) * a.k * int64_t{sizeof(float)};
-    if (packed_bytes + bytes > packed_budget) return nullptr;
+    if (packed_bytes + packed_b_bytes(a) > packed_budget) return nullptr;
     auto packed = std::make_shared<const PackedB>(pack_b(a));
     packed_bytes += packed->bytes();
     entries.push_back({a.b, a.b_dtype, a.k, a.n, a.b_row_stride, a.b_col_stride, packed});
@@ -247,7 +246,6 @@ struct CpuRuntime::State {
     for (const auto& e : it->second) packed_bytes -= e.packed->bytes();
     packed_weights.erase(it);
   }
-  static int64_t round_up_to_32(int64_t x) { return (x + 31) / 32 * 32; }
 
   const Node* find_io(NodeId ext) const {
     for (const auto& p : slots)

@@ -174,18 +174,35 @@ void pack_a_panel(const detail::Kernels& kern, const GemmArgs& g, int64_t batch,
 
 bool has_epilogue(const GemmArgs& g) { return g.bias != nullptr || g.epilogue != Epilogue::None; }
 
+// A packed B panel: F32, or F16/BF16 kept by pack_b for the table's micro_half.
+struct BPanel {
+  const void* data;
+  DType dtype = DType::F32;
+};
+
+// The first `rows` rows of a full-width tile over the panel, into c (row stride ldc).
+void micro_tile(const detail::Kernels& kern, int64_t rows, int64_t kc, const float* a_panel, BPanel b, float* c,
+                int64_t ldc, bool accumulate) {
+  if (b.dtype != DType::F32) {
+    kern.micro_half(rows, kc, a_panel, static_cast<const uint16_t*>(b.data), b.dtype, c, ldc, accumulate);
+  } else if (rows == kern.mr) {
+    kern.micro(kc, a_panel, static_cast<const float*>(b.data), c, ldc, accumulate);
+  } else {
+    kern.micro_rows(rows, kc, a_panel, static_cast<const float*>(b.data), c, ldc, accumulate);
+  }
+}
+
 // One tile (mv rows, nv columns) of C over a depth block of packed panels:
 // C = (first ? 0 : C) + A B, then the epilogue when this is the last depth block. A tile
 // narrower than the panel is computed into `tile` (mr x nr floats) and copied.
 void run_tile(const detail::Kernels& kern, const GemmArgs& g, int64_t mv, int64_t j, int64_t nv, int64_t kc,
-              const float* a_panel, const float* b_panel, float* c_tile, bool first, bool last, float* tile) {
+              const float* a_panel, BPanel b_panel, float* c_tile, bool first, bool last, float* tile) {
   const int64_t mr = kern.mr, nr = kern.nr;
-  if (mv == mr && nv == nr) {
-    kern.micro(kc, a_panel, b_panel, c_tile, g.c_row_stride, !first);
-  } else if (nv == nr && kern.micro_rows != nullptr) {
-    kern.micro_rows(mv, kc, a_panel, b_panel, c_tile, g.c_row_stride, !first);
+  const bool rows_direct = b_panel.dtype != DType::F32 || kern.micro_rows != nullptr;
+  if (nv == nr && (mv == mr || rows_direct)) {
+    micro_tile(kern, mv, kc, a_panel, b_panel, c_tile, g.c_row_stride, !first);
   } else {
-    kern.micro(kc, a_panel, b_panel, tile, nr, false);
+    micro_tile(kern, mr, kc, a_panel, b_panel, tile, nr, false);
     for (int64_t r = 0; r < mv; ++r) {
       float* dst = c_tile + r * g.c_row_stride;
       const float* src = tile + r * nr;
@@ -238,9 +255,11 @@ void gemm_prepacked(const detail::Kernels& kern, const GemmArgs& g, const Packed
       std::clamp<int64_t>(ceil_div(want, g.batch * m_blocks), 1, std::max<int64_t>(1, n_panels / 4));
   const int64_t panels_per_split = ceil_div(n_panels, n_splits);
   // Where panel q (columns from q * nr) of the depth block at pc starts.
+  const int64_t esize = static_cast<int64_t>(dtype_bytes(pre.dtype));
   auto b_panel = [&](int64_t q, int64_t pc) {
     const int64_t j = q * nr, jc = j / kNc * kNc;
-    return pre.panels.get() + packed_block_offset(g, nr, jc, pc) + (j - jc) * std::min(depth_block, g.k - pc);
+    return pre.panels.get() +
+           (packed_block_offset(g, nr, jc, pc) + (j - jc) * std::min(depth_block, g.k - pc)) * esize;
   };
   pool.parallel_for(0, g.batch * m_blocks * n_splits, 1, [&](int64_t begin, int64_t end) {
     alignas(64) float tile[16 * 64];
@@ -257,18 +276,19 @@ void gemm_prepacked(const detail::Kernels& kern, const GemmArgs& g, const Packed
         const bool first = pc == 0, last = pc + kc == g.k;
         for (int64_t q = q_begin; q < q_end; ++q) {
           const int64_t j = q * nr, nv = std::min(nr, g.n - j);
-          const float* panel = b_panel(q, pc);
+          const std::byte* panel = b_panel(q, pc);
           // The panel after this one: the next column panel, or the task's first of the next depth block.
           const bool more = q + 1 < q_end || pc + kc < g.k;
-          const float* next = q + 1 < q_end ? b_panel(q + 1, pc) : more ? b_panel(q_begin, pc + kc) : nullptr;
-          const int64_t next_lines = more ? (q + 1 < q_end ? kc : std::min(depth_block, g.k - pc - kc)) * nr / 16 : 0;
+          const std::byte* next = q + 1 < q_end ? b_panel(q + 1, pc) : more ? b_panel(q_begin, pc + kc) : nullptr;
+          const int64_t next_lines =
+              more ? (q + 1 < q_end ? kc : std::min(depth_block, g.k - pc - kc)) * nr * esize / 64 : 0;
           const int64_t lines_per_tile = ceil_div(next_lines, s_end - s_begin);
           for (int64_t s = s_begin; s < s_end; ++s) {
             const int64_t l_begin = (s - s_begin) * lines_per_tile, l_end = std::min(next_lines, l_begin + lines_per_tile);
-            for (int64_t l = l_begin; l < l_end; ++l) __builtin_prefetch(next + l * 16, 0, 2);  // 16 floats a line
+            for (int64_t l = l_begin; l < l_end; ++l) __builtin_prefetch(next + l * 64, 0, 2);  // 64-byte lines
             const int64_t i = s * mr;
-            run_tile(kern, g, std::min(mr, g.m - i), j, nv, kc, a_batch + pc * m_panels * mr + s * kc * mr, panel,
-                     c + i * g.c_row_stride + j, first, last, tile);
+            run_tile(kern, g, std::min(mr, g.m - i), j, nv, kc, a_batch + pc * m_panels * mr + s * kc * mr,
+                     {panel, pre.dtype}, c + i * g.c_row_stride + j, first, last, tile);
           }
         }
       }
@@ -339,8 +359,13 @@ void gemm_blocked(const detail::Kernels& kern, const GemmArgs& g, ThreadPool& po
             const int64_t q_begin = split * panels_per_split;
             const int64_t q_end = std::min(n_panels, q_begin + panels_per_split);
             const float* a_block = packed_a + bi * a_floats;
-            const float* b_block = pre != nullptr ? pre->panels.get() + packed_block_offset(g, nr, jc, pc)
-                                                  : packed_b + (b_broadcast ? 0 : bi) * b_floats;
+            // A weight packed beforehand, of its panels' dtype, or this round's F32 panels.
+            const DType b_dtype = pre != nullptr ? pre->dtype : DType::F32;
+            const int64_t b_esize = static_cast<int64_t>(dtype_bytes(b_dtype));
+            const std::byte* b_block =
+                pre != nullptr
+                    ? pre->panels.get() + packed_block_offset(g, nr, jc, pc) * b_esize
+                    : reinterpret_cast<const std::byte*>(packed_b + (b_broadcast ? 0 : bi) * b_floats);
             float* c = g.c + (b0 + bi) * g.c_batch_stride;
             const int64_t s_begin = ib * m_panels / m_blocks, s_end = (ib + 1) * m_panels / m_blocks;
             for (int64_t q = q_begin; q < q_end; ++q) {
@@ -348,8 +373,8 @@ void gemm_blocked(const detail::Kernels& kern, const GemmArgs& g, ThreadPool& po
               for (int64_t s = s_begin; s < s_end; ++s) {
                 const int64_t i = s * mr, mv = std::min(mr, g.m - i);
                 float* c_tile = c + i * g.c_row_stride + j;
-                run_tile(kern, g, mv, j, nv, kc, a_block + s * kc * mr, b_block + q * kc * nr, c_tile, first, last,
-                         tile);
+                run_tile(kern, g, mv, j, nv, kc, a_block + s * kc * mr, {b_block + q * kc * nr * b_esize, b_dtype},
+                         c_tile, first, last, tile);
               }
             }
           }
@@ -574,7 +599,45 @@ bool gemm_packs_b(const GemmArgs& g) {
   return g.m > 0 && g.n > 0 && g.k > 0 && !takes_tiny(g) && !takes_gemv(g) && b_shared_by_batches(g);
 }
 
-int64_t PackedB::bytes() const { return round_up(n, 32) * k * int64_t{sizeof(float)}; }
+int64_t PackedB::bytes() const { return round_up(n, 32) * k * static_cast<int64_t>(dtype_bytes(dtype)); }
+
+namespace {
+
+// The dtype pack_b keeps B's panels in: B's own where the table widens half panels.
+DType packed_dtype(const detail::Kernels& kern, const GemmArgs& g) {
+  return g.b_dtype != DType::F32 && kern.micro_half != nullptr ? g.b_dtype : DType::F32;
+}
+
+// Work item x of B's block (depth [pc, pc + kc), columns [jc, jc + nc)) as half panels
+// at dst: the 16-bit values copied as they are, each step's nr in half_panel_position
+// order, zero past n. Items as b_packing chooses them, so reads follow B's contiguous dim.
+void pack_b_half_item(const detail::Kernels& kern, const GemmArgs& g, const BPacking& bp, int64_t pc, int64_t kc,
+                      int64_t jc, int64_t nc, int64_t x, uint16_t* dst) {
+  const int64_t nr = kern.nr;
+  auto value = [&](int64_t p, int64_t j) {  // B[pc + p, jc + j], or 0 past n
+    return j < nc ? *static_cast<const uint16_t*>(b_element(g, 0, pc + p, jc + j)) : uint16_t{0};
+  };
+  if (bp.by_rows) {
+    for (int64_t p = x * kPackRowsPerItem; p < std::min(kc, (x + 1) * kPackRowsPerItem); ++p) {
+      for (int64_t q = 0; q * nr < nc; ++q) {
+        uint16_t* out = dst + q * kc * nr + p * nr;
+        for (int64_t j = 0; j < nr; ++j) out[half_panel_position(kern, g.b_dtype, j)] = value(p, q * nr + j);
+      }
+    }
+    return;
+  }
+  uint16_t* out = dst + x * kc * nr;  // panel x: columns from x * nr
+  for (int64_t j = 0; j < nr; ++j) {
+    const int64_t pos = half_panel_position(kern, g.b_dtype, j);
+    for (int64_t p = 0; p < kc; ++p) out[p * nr + pos] = value(p, x * nr + j);
+  }
+}
+
+}  // namespace
+
+int64_t packed_b_bytes(const GemmArgs& g) {
+  return round_up(g.n, 32) * g.k * static_cast<int64_t>(dtype_bytes(packed_dtype(detail::active_kernels(), g)));
+}
 
 PackedB pack_b(const GemmArgs& g) {
   validate(g);
@@ -584,19 +647,27 @@ PackedB pack_b(const GemmArgs& g) {
   packed.k = g.k;
   packed.n = g.n;
   packed.isa = kern.isa;
-  const size_t bytes = static_cast<size_t>(round_up(g.n, kern.nr) * g.k) * sizeof(float);
-  float* panels = static_cast<float*>(std::aligned_alloc(64, (std::max<size_t>(bytes, 1) + 63) / 64 * 64));
+  packed.dtype = packed_dtype(kern, g);
+  const int64_t esize = static_cast<int64_t>(dtype_bytes(packed.dtype));
+  const size_t bytes = static_cast<size_t>(round_up(g.n, kern.nr) * g.k * esize);
+  auto* panels = static_cast<std::byte*>(std::aligned_alloc(64, (std::max<size_t>(bytes, 1) + 63) / 64 * 64));
   LUMINAL_CHECK(panels != nullptr, "pack_b: cannot allocate ", bytes, " bytes");
-  packed.panels = std::shared_ptr<float[]>(panels, [](float* f) { std::free(f); });
+  packed.panels = std::shared_ptr<std::byte[]>(panels, [](std::byte* f) { std::free(f); });
   ThreadPool& pool = ThreadPool::global();
   for (int64_t jc = 0; jc < g.n; jc += kNc) {
     const int64_t nc = std::min(kNc, g.n - jc);
     for (int64_t pc = 0; pc < g.k; pc += kern.kc) {
       const int64_t kc = std::min<int64_t>(kern.kc, g.k - pc);
+      std::byte* dst = panels + packed_block_offset(g, kern.nr, jc, pc) * esize;
       const BPacking bp = b_packing(g, kc, ceil_div(nc, kern.nr));
-      float* dst = panels + packed_block_offset(g, kern.nr, jc, pc);
       pool.parallel_for(0, bp.items_per_copy, 4, [&](int64_t begin, int64_t end) {
-        for (int64_t x = begin; x < end; ++x) pack_b_item(kern, g, bp, 0, pc, kc, jc, nc, x, dst);
+        for (int64_t x = begin; x < end; ++x) {
+          if (packed.dtype != DType::F32) {
+            pack_b_half_item(kern, g, bp, pc, kc, jc, nc, x, reinterpret_cast<uint16_t*>(dst));
+          } else {
+            pack_b_item(kern, g, bp, 0, pc, kc, jc, nc, x, reinterpret_cast<float*>(dst));
+          }
+        }
       });
     }
   }

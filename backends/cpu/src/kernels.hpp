@@ -41,7 +41,27 @@ struct Kernels {
   // The A panel of rows [0, mv) (mv <= mr; row r at a + r * lda, contiguous over kc steps):
   // dst[p * mr + r], zero for rows >= mv. Null: the driver's scalar loop.
   void (*pack_a)(int64_t mv, int64_t kc, const float* a, int64_t lda, float* dst) = nullptr;
+  // micro over B panels kept in half precision (b_dtype F16 or BF16: 2 bytes an element,
+  // each step's nr values in half_panel_position order), widened in registers, for the
+  // first `rows` (<= mr) rows of a full-width tile. A weight packed once (pack_b) then
+  // costs its own bytes, not an F32 copy. Null: half weights are packed as F32.
+  void (*micro_half)(int64_t rows, int64_t kc, const float* a, const uint16_t* b, DType b_dtype, float* c, int64_t ldc,
+                     bool accumulate) = nullptr;
+  // BF16 half panels are interleaved for a widening that unpacks a register of 2W values
+  // against zero (W floats per vector; 0: columns in order). See half_panel_position.
+  int bf16_unpack_width = 0;
 };
+
+// Where column j (< nr) of a half panel's step is stored. An unpack against zero widens
+// the low and the high four 16-bit values of each 128-bit lane of a register holding 2W
+// BF16 values (W = bf16_unpack_width): lane l's position l*8 + h*4 + e (h = 0 low, 1
+// high) becomes column h*W + l*4 + e, so each register yields columns [0, W), then [W, 2W).
+inline int64_t half_panel_position(const Kernels& kern, DType b_dtype, int64_t j) {
+  const int64_t w = kern.bf16_unpack_width;
+  if (b_dtype != DType::BF16 || w == 0) return j;
+  const int64_t group = j / (2 * w), c = j % (2 * w), h = c / w, l = c % w / 4, e = c % 4;
+  return group * 2 * w + l * 8 + h * 4 + e;
+}
 
 inline constexpr int kMaxDepthBlock = 512;
 

@@ -73,12 +73,44 @@ void micro(int64_t kc, const float* a, const float* b, float* c, int64_t ldc, bo
   }
 }
 
+// micro over a half panel (columns in order): each step's kNr values widened first.
+void micro_half(int64_t rows, int64_t kc, const float* a, const uint16_t* b, DType b_dtype, float* c, int64_t ldc,
+                bool accumulate) {
+  if (b_dtype != DType::F16 && b_dtype != DType::BF16) unsupported_b_dtype(b_dtype);
+  float acc[kMr][kNr] = {};
+  for (int64_t p = 0; p < kc; ++p) {
+    float bv[kNr];
+    for (int j = 0; j < kNr; ++j) {
+      if (b_dtype == DType::F16) {
+        bv[j] = half_to_float(b[j]);
+      } else {
+        const uint32_t bits = uint32_t{b[j]} << 16;
+        __builtin_memcpy(&bv[j], &bits, sizeof(float));
+      }
+    }
+    for (int r = 0; r < kMr; ++r) {
+      for (int j = 0; j < kNr; ++j) acc[r][j] += a[r] * bv[j];
+    }
+    a += kMr;
+    b += kNr;
+  }
+  for (int64_t r = 0; r < rows; ++r) {
+    float* cr = c + r * ldc;
+    if (accumulate) {
+      for (int j = 0; j < kNr; ++j) cr[j] += acc[r][j];
+    } else {
+      for (int j = 0; j < kNr; ++j) cr[j] = acc[r][j];
+    }
+  }
+}
+
 }  // namespace
 
 void unsupported_b_dtype(DType dt) { LUMINAL_ASSERT(false, "cpu kernels: B dtype ", dtype_name(dt), " reached a kernel"); }
 
 const Kernels& generic_kernels() {
-  static const Kernels table{Isa::Generic, kMr, kNr, 256, micro, convert_any, gemv_rows, gemv_cols, epilogue, nullptr};
+  static const Kernels table{Isa::Generic, kMr,     kNr,     256,        micro, convert_any, gemv_rows,
+                             gemv_cols,    epilogue, nullptr, nullptr, micro_half};
   return table;
 }
 

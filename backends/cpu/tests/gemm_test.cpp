@@ -378,6 +378,16 @@ TEST(CpuGemm, HalfPrecisionWeights) {
         cases.push_back(c);
       }
     }
+    // Packed half panels over three depth blocks and a last row panel of a few rows, and
+    // over a second column block (4096 columns a block), both layouts.
+    for (bool tb : {false, true}) {
+      Case deep{64, 100, 1000};
+      deep.b_dtype = dt, deep.trans_b = tb;
+      cases.push_back(deep);
+      Case wide{13, 4100, 20};
+      wide.b_dtype = dt, wide.trans_b = tb;
+      cases.push_back(wide);
+    }
     Case batched{5, 33, 65, 2};
     batched.b_dtype = dt, batched.b_broadcast = true;
     cases.push_back(batched);
@@ -388,6 +398,26 @@ TEST(CpuGemm, HalfPrecisionWeights) {
     cases.push_back(strided);
   }
   check_cases(cases);
+}
+
+// A half-precision weight packed once keeps its own dtype (half the bytes of F32 panels)
+// where the ISA's micro-kernel widens it, and F32 panels elsewhere (AVX-512 for now).
+TEST(CpuGemm, PackedHalfWeightsKeepTheirBytes) {
+  const Isa saved = active_isa();
+  std::vector<float> a(64 * 300), c(64 * 70);
+  std::vector<uint16_t> b(300 * 70, 0x3f80);  // 1.0 in BF16
+  for (Isa isa : supported_isas()) {
+    pin_isa(isa);
+    for (DType dt : {DType::F16, DType::BF16}) {
+      const GemmArgs g = GemmArgs::row_major(64, 70, 300, a.data(), b.data(), c.data(), dt);
+      const PackedB packed = pack_b(g);
+      const bool half = isa != Isa::Avx512;
+      EXPECT_EQ(packed.dtype, half ? dt : DType::F32) << isa_name(isa);
+      EXPECT_EQ(packed.bytes(), 96 * 300 * (half ? 2 : 4)) << isa_name(isa);
+      EXPECT_EQ(packed_b_bytes(g), packed.bytes()) << isa_name(isa);
+    }
+  }
+  pin_isa(saved);
 }
 
 TEST(CpuGemm, EmptyDepthGivesTheEpilogueOfTheBias) {

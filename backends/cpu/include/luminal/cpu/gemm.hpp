@@ -4,7 +4,8 @@
 //
 // A is F32; B (usually the weights) is F32, F16 or BF16 and stays in its dtype: it is
 // converted while being packed into cache-sized panels (or, on the GEMV path, in small
-// strips), never expanded into an F32 copy. Every operand takes element strides, so a
+// strips; a weight packed once keeps half panels where the ISA widens them in the
+// micro-kernel), never expanded into an F32 copy. Every operand takes element strides, so a
 // transposed or strided view needs no copy; a batch stride of 0 broadcasts.
 //
 // Two implementations compete per shape (the search measures both): gemm(), our own
@@ -23,13 +24,16 @@ enum class Epilogue : uint8_t { None, Relu, GeluTanh, GeluErf, Silu };
 std::string_view epilogue_name(Epilogue e);
 enum class Isa : uint8_t { Generic, Avx2, Avx512 };
 
-// B packed once, as the blocked path packs it on every call (F32 panels of the ISA's
-// width): for a B that does not change between calls, such as a persisted weight.
-// Made by pack_b(); the caller keeps it while B is unchanged.
+// B packed once, laid out as the blocked path packs it on every call (panels of the ISA's
+// width): for a B that does not change between calls, such as a persisted weight. Made by
+// pack_b(); the caller keeps it while B is unchanged. An F16 or BF16 B stays in its dtype
+// (`dtype`) where the ISA's micro-kernel widens half panels in registers (AVX2, generic),
+// so a model's packed weights cost their own bytes, not an F32 copy; else F32 panels.
 struct PackedB {
   int64_t k = 0, n = 0;
   Isa isa = Isa::Generic;
-  std::shared_ptr<float[]> panels;  // 64-byte aligned
+  DType dtype = DType::F32;              // of the panels' elements
+  std::shared_ptr<std::byte[]> panels;  // 64-byte aligned
   int64_t bytes() const;
 };
 
@@ -68,8 +72,10 @@ void validate(const GemmArgs& args);
 void gemm(const GemmArgs& args);
 
 // B of `args` (batch 1, or a B broadcast over the batch) packed for the active ISA's
-// blocked path, on the pool. Costs round_up(n, 32) * k floats.
+// blocked path, on the pool. Costs packed_b_bytes(args).
 PackedB pack_b(const GemmArgs& args);
+// What pack_b(args) will allocate: round_up(n, 32) * k elements of the panels' dtype, at most.
+int64_t packed_b_bytes(const GemmArgs& args);
 // Would gemm(args) read a packed B (the blocked path, with B shared by every batch)?
 bool gemm_packs_b(const GemmArgs& args);
 
