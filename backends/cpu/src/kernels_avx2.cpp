@@ -39,10 +39,39 @@ struct Vec {
 
 #include "kernels_common.inc"
 
-// The first R rows of a micro-tile (R = kMr: the whole tile); the A panel keeps its kMr stride.
-template <int R>
-void micro_n(int64_t kc, const float* a, const float* b, float* c, int64_t ldc, bool accumulate) {
-  // Fetch the C tile while the k loop runs, and B eight steps ahead (as in the AVX-512 kernel).
+// A B panel's depth step (kNr = 16 values) as two vectors of columns 0-7 and 8-15.
+struct F32Step {
+  using Element = float;
+  static void load(const float* b, __m256& b0, __m256& b1) {
+    b0 = _mm256_load_ps(b);
+    b1 = _mm256_load_ps(b + 8);
+  }
+};
+// A half panel's step is one 32-byte load, widened in registers. BF16 is laid out for
+// unpacking against zero (half_panel_position with W = 8): the low four values of each
+// lane become columns 0-7, the high four 8-15, 2 shuffles a step where a zero-extend and
+// a shift per 8 values would take 4. F16 is in column order (vcvtph2ps per 8 values).
+struct Bf16Step {
+  using Element = uint16_t;
+  static void load(const uint16_t* b, __m256& b0, __m256& b1) {
+    const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b));
+    b0 = _mm256_castsi256_ps(_mm256_unpacklo_epi16(_mm256_setzero_si256(), raw));
+    b1 = _mm256_castsi256_ps(_mm256_unpackhi_epi16(_mm256_setzero_si256(), raw));
+  }
+};
+struct F16Step {
+  using Element = uint16_t;
+  static void load(const uint16_t* b, __m256& b0, __m256& b1) {
+    b0 = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b)));
+    b1 = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 8)));
+  }
+};
+
+// The first R rows of a micro-tile (R = kMr: the whole tile) over a B panel whose steps
+// Step loads; the A panel keeps its kMr stride.
+template <int R, class Step = F32Step>
+void micro_n(int64_t kc, const float* a, const typename Step::Element* b, float* c, int64_t ldc, bool accumulate) {
+  // Fetch the C tile while the k loop runs, and B 512 bytes ahead (as in the AVX-512 kernel).
 #pragma GCC unroll 6
   for (int r = 0; r < R; ++r) _mm_prefetch(reinterpret_cast<const char*>(c + r * ldc), _MM_HINT_T0);
   __m256 acc[R][2];
@@ -50,9 +79,9 @@ void micro_n(int64_t kc, const float* a, const float* b, float* c, int64_t ldc, 
   for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
 #pragma GCC unroll 4
   for (int64_t p = 0; p < kc; ++p) {
-    _mm_prefetch(reinterpret_cast<const char*>(b + 8 * kNr), _MM_HINT_T0);
-    const __m256 b0 = _mm256_load_ps(b);
-    const __m256 b1 = _mm256_load_ps(b + 8);
+    _mm_prefetch(reinterpret_cast<const char*>(b) + 512, _MM_HINT_T0);
+    __m256 b0, b1;
+    Step::load(b, b0, b1);
 #pragma GCC unroll 6
     for (int r = 0; r < R; ++r) {
       const __m256 av = _mm256_broadcast_ss(a + r);
@@ -78,58 +107,12 @@ void micro(int64_t kc, const float* a, const float* b, float* c, int64_t ldc, bo
   micro_n<kMr>(kc, a, b, c, ldc, accumulate);
 }
 
-// micro_n over a half panel: each step's 16 values are one 32-byte load, widened in
-// registers. BF16 is laid out for unpacking against zero (half_panel_position with W = 8):
-// the low four values of each lane become columns 0-7, the high four 8-15, 2 shuffles a
-// step where a zero-extend and a shift per 8 values would take 4. F16 is in column order
-// (vcvtph2ps, 1 conversion per 8 values).
-template <int R, bool Bf16>
-void micro_half_n(int64_t kc, const float* a, const uint16_t* b, float* c, int64_t ldc, bool accumulate) {
-#pragma GCC unroll 6
-  for (int r = 0; r < R; ++r) _mm_prefetch(reinterpret_cast<const char*>(c + r * ldc), _MM_HINT_T0);
-  __m256 acc[R][2];
-#pragma GCC unroll 6
-  for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
-  const __m256i zero = _mm256_setzero_si256();
-#pragma GCC unroll 4
-  for (int64_t p = 0; p < kc; ++p) {
-    _mm_prefetch(reinterpret_cast<const char*>(b + 16 * kNr), _MM_HINT_T0);  // 512 bytes ahead, as micro_n
-    __m256 b0, b1;
-    if constexpr (Bf16) {
-      const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b));
-      b0 = _mm256_castsi256_ps(_mm256_unpacklo_epi16(zero, raw));
-      b1 = _mm256_castsi256_ps(_mm256_unpackhi_epi16(zero, raw));
-    } else {
-      b0 = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b)));
-      b1 = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 8)));
-    }
-#pragma GCC unroll 6
-    for (int r = 0; r < R; ++r) {
-      const __m256 av = _mm256_broadcast_ss(a + r);
-      acc[r][0] = _mm256_fmadd_ps(av, b0, acc[r][0]);
-      acc[r][1] = _mm256_fmadd_ps(av, b1, acc[r][1]);
-    }
-    a += kMr;
-    b += kNr;
-  }
-#pragma GCC unroll 6
-  for (int r = 0; r < R; ++r) {
-    float* cr = c + r * ldc;
-    if (accumulate) {
-      acc[r][0] = _mm256_add_ps(acc[r][0], _mm256_loadu_ps(cr));
-      acc[r][1] = _mm256_add_ps(acc[r][1], _mm256_loadu_ps(cr + 8));
-    }
-    _mm256_storeu_ps(cr, acc[r][0]);
-    _mm256_storeu_ps(cr + 8, acc[r][1]);
-  }
-}
-
 void micro_half(int64_t rows, int64_t kc, const float* a, const uint16_t* b, DType b_dtype, float* c, int64_t ldc,
                 bool accumulate) {
   if (b_dtype == DType::BF16) {
-    with_row_count<kMr>(rows, [&](auto r) { micro_half_n<decltype(r)::value, true>(kc, a, b, c, ldc, accumulate); });
+    with_row_count<kMr>(rows, [&](auto r) { micro_n<decltype(r)::value, Bf16Step>(kc, a, b, c, ldc, accumulate); });
   } else if (b_dtype == DType::F16) {
-    with_row_count<kMr>(rows, [&](auto r) { micro_half_n<decltype(r)::value, false>(kc, a, b, c, ldc, accumulate); });
+    with_row_count<kMr>(rows, [&](auto r) { micro_n<decltype(r)::value, F16Step>(kc, a, b, c, ldc, accumulate); });
   } else {
     unsupported_b_dtype(b_dtype);
   }

@@ -54,53 +54,47 @@ struct Vec {
 
 #include "kernels_common.inc"
 
-void micro(int64_t kc, const float* a, const float* b, float* c, int64_t ldc, bool accumulate) {
-  float acc[kMr][kNr] = {};
-  for (int64_t p = 0; p < kc; ++p) {
-    for (int r = 0; r < kMr; ++r) {
-      for (int j = 0; j < kNr; ++j) acc[r][j] += a[r] * b[j];
-    }
-    a += kMr;
-    b += kNr;
-  }
-  for (int r = 0; r < kMr; ++r) {
-    float* cr = c + r * ldc;
-    if (accumulate) {
-      for (int j = 0; j < kNr; ++j) cr[j] += acc[r][j];
-    } else {
-      for (int j = 0; j < kNr; ++j) cr[j] = acc[r][j];
-    }
-  }
-}
-
-// micro over a half panel (columns in order): each step's kNr values widened first.
-void micro_half(int64_t rows, int64_t kc, const float* a, const uint16_t* b, DType b_dtype, float* c, int64_t ldc,
-                bool accumulate) {
-  if (b_dtype != DType::F16 && b_dtype != DType::BF16) unsupported_b_dtype(b_dtype);
+// The first `rows` rows of a micro-tile; `widen(p, values)` gives depth step p of the B
+// panel as kNr floats.
+template <class Widen>
+void micro_tile(int64_t rows, int64_t kc, const float* a, float* c, int64_t ldc, bool accumulate, Widen widen) {
   float acc[kMr][kNr] = {};
   for (int64_t p = 0; p < kc; ++p) {
     float bv[kNr];
-    for (int j = 0; j < kNr; ++j) {
-      if (b_dtype == DType::F16) {
-        bv[j] = half_to_float(b[j]);
-      } else {
-        const uint32_t bits = uint32_t{b[j]} << 16;
-        __builtin_memcpy(&bv[j], &bits, sizeof(float));
-      }
-    }
+    widen(p, bv);
     for (int r = 0; r < kMr; ++r) {
       for (int j = 0; j < kNr; ++j) acc[r][j] += a[r] * bv[j];
     }
     a += kMr;
-    b += kNr;
   }
   for (int64_t r = 0; r < rows; ++r) {
     float* cr = c + r * ldc;
-    if (accumulate) {
-      for (int j = 0; j < kNr; ++j) cr[j] += acc[r][j];
-    } else {
-      for (int j = 0; j < kNr; ++j) cr[j] = acc[r][j];
-    }
+    for (int j = 0; j < kNr; ++j) cr[j] = accumulate ? cr[j] + acc[r][j] : acc[r][j];
+  }
+}
+
+void micro(int64_t kc, const float* a, const float* b, float* c, int64_t ldc, bool accumulate) {
+  micro_tile(kMr, kc, a, c, ldc, accumulate, [b](int64_t p, float* bv) {
+    for (int j = 0; j < kNr; ++j) bv[j] = b[p * kNr + j];
+  });
+}
+
+// micro over a half panel (columns in order), each step widened first.
+void micro_half(int64_t rows, int64_t kc, const float* a, const uint16_t* b, DType b_dtype, float* c, int64_t ldc,
+                bool accumulate) {
+  if (b_dtype == DType::F16) {
+    micro_tile(rows, kc, a, c, ldc, accumulate, [b](int64_t p, float* bv) {
+      for (int j = 0; j < kNr; ++j) bv[j] = half_to_float(b[p * kNr + j]);
+    });
+  } else if (b_dtype == DType::BF16) {
+    micro_tile(rows, kc, a, c, ldc, accumulate, [b](int64_t p, float* bv) {
+      for (int j = 0; j < kNr; ++j) {
+        const uint32_t bits = uint32_t{b[p * kNr + j]} << 16;
+        __builtin_memcpy(&bv[j], &bits, sizeof(float));
+      }
+    });
+  } else {
+    unsupported_b_dtype(b_dtype);
   }
 }
 
