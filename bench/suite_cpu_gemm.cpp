@@ -196,6 +196,50 @@ void packed_bf16_case(int64_t m, int64_t n, int64_t k, int reps) {
        gflop / t.peer, "GFLOP/s", "higher", 0.9, t.peer / t.ours, extra);
 }
 
+// Sibling products of one A (a Llama block's q, k and v projections, or its gate and up, at
+// a 128-token prompt; F32 Linear weights packed once): gemm_group (A packed once, one
+// parallel region) against the same products as separate gemm() calls.
+void sibling_group_case(const std::string& name, int64_t m, int64_t k, const std::vector<int64_t>& widths, int reps) {
+  const std::vector<float> a = random_floats(static_cast<size_t>(m * k), 7);
+  std::vector<std::vector<float>> w, c_group, c_alone;
+  std::vector<PackedB> packed;
+  std::vector<GemmArgs> group, alone;
+  for (size_t i = 0; i < widths.size(); ++i) {
+    w.push_back(random_floats(static_cast<size_t>(widths[i] * k), 8 + static_cast<uint32_t>(i)));
+    c_group.emplace_back(static_cast<size_t>(m * widths[i]));
+    c_alone.emplace_back(static_cast<size_t>(m * widths[i]));
+  }
+  for (size_t i = 0; i < widths.size(); ++i) {
+    GemmArgs g = GemmArgs::row_major(m, widths[i], k, a.data(), w[i].data(), c_group[i].data());
+    g.b_row_stride = 1, g.b_col_stride = k;
+    packed.push_back(pack_b(g));
+  }
+  for (size_t i = 0; i < widths.size(); ++i) {
+    GemmArgs g = GemmArgs::row_major(m, widths[i], k, a.data(), w[i].data(), c_group[i].data());
+    g.b_row_stride = 1, g.b_col_stride = k;
+    g.packed_b = &packed[i];
+    group.push_back(g);
+    g.c = c_alone[i].data();
+    alone.push_back(g);
+  }
+  const Timing t = interleaved(reps, [&] { gemm_group(group); }, [&] {
+    for (const GemmArgs& g : alone) gemm(g);
+  });
+  bool same = true;
+  for (size_t i = 0; i < widths.size(); ++i) same = same && c_group[i] == c_alone[i];
+  double flop = 0;
+  for (int64_t n : widths) flop += 2.0 * static_cast<double>(m * n * k);
+  char extra[160];
+  std::snprintf(extra, sizeof extra, ",\"ms\":%.3f,\"separate_ms\":%.3f,\"bitwise_equal\":%s", t.ours * 1e3,
+                t.peer * 1e3, same ? "true" : "false");
+  std::printf(
+      "{\"suite\":\"cpu\",\"case\":\"%s\",\"value\":%.4g,\"unit\":\"GFLOP/s\",\"better\":\"higher\","
+      "\"ratio_vs_separate_calls\":%.3f,\"threads\":%d,\"isa\":\"%s\",\"clock\":\"%s\"%s}\n",
+      name.c_str(), flop * 1e-9 / t.ours, t.peer / t.ours, ThreadPool::global().num_threads(),
+      std::string(isa_name(active_isa())).c_str(), cpu_clock() ? "thread_cpu" : "wall", extra);
+  std::fflush(stdout);
+}
+
 }  // namespace
 
 int main(int, char** argv) {
@@ -219,5 +263,7 @@ int main(int, char** argv) {
   gemv_case(4096, 4096, DType::F32, 31);
   gemv_case(4096, 4096, DType::BF16, 31);
   packed_bf16_case(128, 2816, 1024, 21);  // the Llama block's gate/up shape at a 128-token prompt
+  sibling_group_case("gemm_group_qkv_128x1024", 128, 1024, {1024, 256, 256}, 41);
+  sibling_group_case("gemm_group_gate_up_128x1024", 128, 1024, {2816, 2816}, 21);
   return 0;
 }

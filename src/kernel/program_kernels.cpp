@@ -10,6 +10,52 @@
 
 namespace luminal::kernel {
 
+bool adjoin_siblings(RunnableProgram& r, const std::function<bool(const Node& first, const Node& later)>& siblings) {
+  const Graph& g = r.graph;
+  const size_t n = g.size();
+  std::vector<NodeId> order;
+  order.reserve(n);
+  std::vector<char> placed(n, 0);
+  auto place = [&](NodeId i) {
+    placed[i] = 1;
+    order.push_back(i);
+  };
+  bool moved = false;
+  for (NodeId i = 0; i < n; ++i) {
+    if (placed[i]) continue;
+    place(i);
+    const Node& a = g.node(i);
+    for (NodeId j = i + 1; j < n; ++j) {
+      const Node& b = g.node(j);
+      if (placed[j] || !siblings(a, b)) continue;
+      bool ready = true;
+      for (const auto& in : b.inputs) ready = ready && (placed[in.node] || g.node(in.node).op == OpKind::Input);
+      if (!ready) continue;
+      for (const auto& in : b.inputs)
+        if (!placed[in.node]) place(in.node);
+      place(j);
+      moved = true;
+    }
+  }
+  if (!moved) return false;
+  std::vector<NodeId> new_id(n, kNoNode);
+  for (size_t k = 0; k < n; ++k) new_id[order[k]] = static_cast<NodeId>(k);
+  Graph out;
+  std::vector<NodeId> external_ids(n, kNoNode);
+  for (NodeId old : order) {
+    Node copy = g.node(old);
+    for (auto& in : copy.inputs) in.node = new_id[in.node];
+    if (copy.updates != kNoNode) copy.updates = new_id[copy.updates];
+    const NodeId id = out.add_node(std::move(copy));
+    LUMINAL_ASSERT(id == new_id[old], "adjoin_siblings renumbered node ", old);
+    external_ids[id] = r.external_ids[old];
+  }
+  for (auto& [external, node] : r.program_of) node = new_id[node];
+  r.graph = std::move(out);
+  r.external_ids = std::move(external_ids);
+  return true;
+}
+
 RunnableProgram runnable_program(const Graph& program, const std::vector<NodeId>& external_ids,
                                  const FuseOptions& fusion) {
   LUMINAL_ASSERT(external_ids.size() == program.size(), "external id table size");

@@ -78,6 +78,30 @@ struct GemmCall {
   }
 };
 
+// Our GEMMs of one A, read the same way (an attention block's q, k and v projections; an
+// MLP's gate and up), each over a persisted weight no Output updates: gemm_group packs A
+// once for all of them and runs them in one parallel region. kernel::adjoin_siblings puts
+// them in a row.
+bool gemm_siblings(const Graph& g, const Node& a, const Node& b) {
+  auto weight_gemm = [&](const Node& n) {
+    if (n.op != OpKind::BackendOp || n.backend->name != "CpuGemm" || n.inputs.size() != 2) return false;
+    const Node& w = g.node(n.inputs[1].node);
+    return w.op == OpKind::Input && w.persist;
+  };
+  if (!weight_gemm(a) || !weight_gemm(b) || a.inputs[0].node != b.inputs[0].node) return false;
+  const auto la = gemm_layout(a.inputs[0].view, a.inputs[1].view);
+  const auto lb = gemm_layout(b.inputs[0].view, b.inputs[1].view);
+  if (!la || !lb) return false;
+  const GemmOperand &xa = la->a, &xb = lb->a;
+  if (!(la->m == lb->m && la->k == lb->k && la->batch == lb->batch && la->outer.empty() && lb->outer.empty() &&
+        !xa.copy && !xb.copy && !la->b.copy && !lb->b.copy && xa.offset == xb.offset && xa.row == xb.row &&
+        xa.col == xb.col && xa.batch == xb.batch))
+    return false;
+  for (const Node& n : g.nodes())  // a weight the program updates is state: never packed
+    if (n.op == OpKind::Output && (n.updates == a.inputs[1].node || n.updates == b.inputs[1].node)) return false;
+  return true;
+}
+
 GemmCall gemm_call(const GemmLayout& l, const DimMap& dims) {
   GemmCall call;
   GemmArgs& a = call.args;
@@ -140,6 +164,10 @@ struct Step {
   std::shared_ptr<const CompiledKernel> copy_kernel[2];
   std::vector<std::string> custom_copy_regions;  // Custom: per input, a copy kernel ("" when contiguous)
   std::vector<std::shared_ptr<const CompiledKernel>> custom_copies;
+  // Gemm: the number of sibling steps right after this one that run with it (gemm_group);
+  // those are `joined` and do nothing of their own.
+  size_t siblings = 0;
+  bool joined = false;
 };
 
 std::string copy_region(DType dtype, const Shape& shape, const ShapeTracker& view) {
@@ -223,6 +251,7 @@ struct CpuRuntime::State {
   };
   std::unordered_map<NodeId, std::vector<PackedWeight>> packed_weights;
   int64_t packed_bytes = 0;
+  int64_t gemms_grouped = 0;  // GEMM steps that ran in the region of the sibling before them
   const int64_t packed_budget = [] {
     const char* v = std::getenv("LUMINAL_CPU_PACKED_WEIGHTS_MB");
     return (v != nullptr && *v != '\0' ? std::max(0L, std::strtol(v, nullptr, 10)) : 1024L) << 20;
@@ -318,6 +347,7 @@ void CpuRuntime::load_program(size_t slot, const Graph& program, std::vector<Nod
   if (s.slots.size() <= slot) s.slots.resize(slot + 1);
   ProgramPlan p;
   kernel::RunnableProgram runnable = kernel::runnable_program(program, external_ids);
+  kernel::adjoin_siblings(runnable, [&](const Node& a, const Node& b) { return gemm_siblings(runnable.graph, a, b); });
   p.graph = std::move(runnable.graph);
   p.external_ids = std::move(runnable.external_ids);
   p.dim_names = std::move(runnable.dim_names);
@@ -358,6 +388,16 @@ void CpuRuntime::load_program(size_t slot, const Graph& program, std::vector<Nod
       regions.push_back(step.region);
     }
     p.steps.push_back(std::move(step));
+  }
+  for (size_t i = 0; i < p.steps.size(); ++i) {
+    if (p.steps[i].kind != StepKind::Gemm || p.steps[i].joined) continue;
+    const Node& first = p.graph.node(p.steps[i].node);
+    for (size_t j = i + 1; j < p.steps.size() && p.steps[j].kind == StepKind::Gemm &&
+                           gemm_siblings(p.graph, first, p.graph.node(p.steps[j].node));
+         ++j) {
+      p.steps[i].siblings++;
+      p.steps[j].joined = true;
+    }
   }
   s.shared->compile(regions);
   for (auto& step : p.steps) {
@@ -424,6 +464,7 @@ HostTensor CpuRuntime::get_tensor(NodeId node) const {
 
 int64_t CpuRuntime::last_arena_bytes() const { return state_->last_arena; }
 int64_t CpuRuntime::packed_weight_bytes() const { return state_->packed_bytes; }
+int64_t CpuRuntime::gemms_grouped() const { return state_->gemms_grouped; }
 int CpuRuntime::kernels_compiled() const { return state_->shared->kernels.compiler_invocations(); }
 
 void CpuRuntime::run(size_t slot, const DimMap& dims) {
@@ -512,6 +553,37 @@ void CpuRuntime::run(size_t slot, const DimMap& dims) {
       pool.parallel_for(0, extent, grain, [&](int64_t b, int64_t e) { entry(buffers.data(), dim_values.data(), b, e); });
     if (error[0] != 0) fail(kernel::describe_error(k, error, dims, n.user_op));
   };
+  // A matmul step's call: operands that are not linear copied first, a persisted weight
+  // packed once (OpenBLAS packs inside its own call; a B it declines, such as BF16, falls
+  // back to our GEMM). State (a KV cache the program updates) changes every run: never packed.
+  auto gemm_step_call = [&](const Step& step) {
+    const Node& n = g.node(step.node);
+    const GemmLayout& l = *step.gemm;
+    const DType b_dtype = g.node(n.inputs[1].node).dtype;
+    std::byte* operand[2] = {ptr[n.inputs[0].node], ptr[n.inputs[1].node]};
+    const GemmOperand* ops[] = {&l.a, &l.b};
+    for (int o = 0; o < 2; ++o) {
+      if (!ops[o]->copy) continue;
+      const DType dt = o == 0 ? DType::F32 : b_dtype;
+      auto& buf = s.scratch[o];
+      size_t bytes = static_cast<size_t>(product(ops[o]->copy_view.shape()).eval(dims)) * dtype_bytes(dt);
+      if (buf.size() < bytes) buf.resize(bytes);
+      launch(*step.copy_kernel[o], n, {operand[o]}, buf.data());
+      operand[o] = buf.data();
+    }
+    GemmCall call = gemm_call(l, dims);
+    call.args.a = reinterpret_cast<const float*>(operand[0]) + (l.a.copy ? 0 : l.a.offset.eval(dims));
+    call.args.b = operand[1] + (l.b.copy ? 0 : l.b.offset.eval(dims)) * static_cast<int64_t>(dtype_bytes(b_dtype));
+    call.args.b_dtype = b_dtype;
+    call.args.c = reinterpret_cast<float*>(ptr[step.node]);
+    const bool blas = step.kind == StepKind::BlasGemm;
+    if (const Node& b_node = g.node(n.inputs[1].node);
+        (!blas || !blas_supports(call.args)) && !l.b.copy && call.loops.empty() && b_node.op == OpKind::Input &&
+        b_node.persist && !p.is_state[n.inputs[1].node] && p.external_ids[n.inputs[1].node] != kNoNode &&
+        gemm_packs_b(call.args))
+      call.args.packed_b = s.packed_weight(p.external_ids[n.inputs[1].node], call.args);
+    return call;
+  };
   std::unordered_map<NodeId, HostTensor> read_out;  // outputs already copied to the user
   for (const Step& step : p.steps) {
     check_deadline();
@@ -561,43 +633,32 @@ void CpuRuntime::run(size_t slot, const DimMap& dims) {
         break;
       case StepKind::Gemm:
       case StepKind::BlasGemm: {
-        const GemmLayout& l = *step.gemm;
-        const DType b_dtype = g.node(n.inputs[1].node).dtype;
-        std::byte* operand[2] = {ptr[n.inputs[0].node], ptr[n.inputs[1].node]};
-        const GemmOperand* ops[] = {&l.a, &l.b};
-        for (int o = 0; o < 2; ++o) {
-          if (!ops[o]->copy) continue;
-          const DType dt = o == 0 ? DType::F32 : b_dtype;
-          auto& buf = s.scratch[o];
-          size_t bytes = static_cast<size_t>(product(ops[o]->copy_view.shape()).eval(dims)) * dtype_bytes(dt);
-          if (buf.size() < bytes) buf.resize(bytes);
-          launch(*step.copy_kernel[o], n, {operand[o]}, buf.data());
-          operand[o] = buf.data();
-        }
-        GemmCall call = gemm_call(l, dims);
-        call.args.a = reinterpret_cast<const float*>(operand[0]) + (l.a.copy ? 0 : l.a.offset.eval(dims));
-        call.args.b = operand[1] + (l.b.copy ? 0 : l.b.offset.eval(dims)) * static_cast<int64_t>(dtype_bytes(b_dtype));
-        call.args.b_dtype = b_dtype;
-        call.args.c = reinterpret_cast<float*>(ptr[step.node]);
-        const bool serial = call.macs() < kSerialMacs;
+        if (step.joined) break;  // ran with the sibling before it
         const bool blas = step.kind == StepKind::BlasGemm;
-        // A persisted weight is packed once (OpenBLAS packs inside its own call; a B it
-        // declines, such as BF16, falls back to our GEMM). State (a KV cache the program
-        // updates) changes every run: never packed.
-        if (const Node& b_node = g.node(n.inputs[1].node);
-            (!blas || !blas_supports(call.args)) && !l.b.copy && call.loops.empty() &&
-            b_node.op == OpKind::Input && b_node.persist && !p.is_state[n.inputs[1].node] &&
-            p.external_ids[n.inputs[1].node] != kNoNode && gemm_packs_b(call.args))
-          call.args.packed_b = s.packed_weight(p.external_ids[n.inputs[1].node], call.args);
-        call.for_each([&](const GemmArgs& a) {
-          if (serial) {
-            // Small products run on this thread: inside a (single-chunk) pool task, gemm
-            // runs serially.
-            pool.parallel_for(0, 1, 1, [&](int64_t, int64_t) { gemm(a); });
-          } else if (!blas || !blas_gemm(a)) {
-            gemm(a);
-          }
-        });
+        std::vector<GemmCall> calls;
+        for (size_t k = 0; k <= step.siblings; ++k) calls.push_back(gemm_step_call(*(&step + k)));
+        // Siblings (one A, packed weights): A packed once, one parallel region.
+        if (calls.size() > 1 && std::all_of(calls.begin(), calls.end(), [](const GemmCall& c) {
+              return !c.empty && c.loops.empty() && c.args.packed_b != nullptr && c.macs() >= kSerialMacs;
+            })) {
+          std::vector<GemmArgs> args;
+          for (const auto& c : calls) args.push_back(c.args);
+          gemm_group(args);
+          s.gemms_grouped += static_cast<int64_t>(calls.size()) - 1;
+          break;
+        }
+        for (const GemmCall& call : calls) {
+          const bool serial = call.macs() < kSerialMacs;
+          call.for_each([&](const GemmArgs& a) {
+            if (serial) {
+              // Small products run on this thread: inside a (single-chunk) pool task, gemm
+              // runs serially.
+              pool.parallel_for(0, 1, 1, [&](int64_t, int64_t) { gemm(a); });
+            } else if (!blas || !blas_gemm(a)) {
+              gemm(a);
+            }
+          });
+        }
         break;
       }
       case StepKind::Custom: {

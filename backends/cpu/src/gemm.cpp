@@ -16,6 +16,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <span>
 #include <string>
 
 #include "kernels.hpp"
@@ -224,6 +225,12 @@ const PackedB* usable_packed_b(const detail::Kernels& kern, const GemmArgs& g) {
   return pre;
 }
 
+// A product whose B was packed beforehand.
+struct PrepackedProduct {
+  const GemmArgs* g;
+  const PackedB* pre;
+};
+
 // B packed beforehand (a weight): A is packed whole, every depth block at once, and the
 // product is then one parallel region, where packing per depth block joins the pool twice
 // per block (a join waits for the slowest thread, and a neighbour on a shared machine makes
@@ -231,43 +238,63 @@ const PackedB* usable_packed_b(const detail::Kernels& kern, const GemmArgs& g) {
 // block over their tiles in turn, the B panel outer so it stays in L1 while the A panels
 // stream from L2. Weights larger than the L3 stream from memory: while a B panel is in use,
 // the next one the task needs is fetched into L2, a slice per row panel.
-void gemm_prepacked(const detail::Kernels& kern, const GemmArgs& g, const PackedB& pre, ThreadPool& pool) {
+// Several products of one A (siblings: gemm_group) share the A packing and the region.
+void gemm_prepacked(const detail::Kernels& kern, std::span<const PrepackedProduct> products, ThreadPool& pool) {
+  const GemmArgs& g0 = *products[0].g;  // A, m, k and the batch are the products' own
   const int64_t mr = kern.mr, nr = kern.nr, depth_block = kern.kc;
-  const int64_t m_panels = ceil_div(g.m, mr);
+  const int64_t m_panels = ceil_div(g0.m, mr);
   // Batch bi's depth block at pc keeps panel s at packed_a[bi * a_floats + pc * m_panels * mr + s * kc * mr].
-  const int64_t a_floats = m_panels * mr * g.k;
-  const int64_t depth_blocks = ceil_div(g.k, depth_block);
-  float* packed_a = workspace(static_cast<size_t>(g.batch * a_floats));
-  pool.parallel_for(0, g.batch * depth_blocks * m_panels, 4, [&](int64_t begin, int64_t end) {
+  const int64_t a_floats = m_panels * mr * g0.k;
+  const int64_t depth_blocks = ceil_div(g0.k, depth_block);
+  float* packed_a = workspace(static_cast<size_t>(g0.batch * a_floats));
+  pool.parallel_for(0, g0.batch * depth_blocks * m_panels, 4, [&](int64_t begin, int64_t end) {
     for (int64_t item = begin; item < end; ++item) {
       const int64_t bi = item / (depth_blocks * m_panels), s = item % m_panels;
-      const int64_t pc = item / m_panels % depth_blocks * depth_block, kc = std::min(depth_block, g.k - pc);
-      pack_a_panel(kern, g, bi, pc, kc, s * mr, std::min(mr, g.m - s * mr),
+      const int64_t pc = item / m_panels % depth_blocks * depth_block, kc = std::min(depth_block, g0.k - pc);
+      pack_a_panel(kern, g0, bi, pc, kc, s * mr, std::min(mr, g0.m - s * mr),
                    packed_a + bi * a_floats + pc * m_panels * mr + s * kc * mr);
     }
   });
   const int64_t mc = std::max<int64_t>(mr, kMcRows / mr * mr);
   const int64_t m_blocks = ceil_div(m_panels, mc / mr);  // of equal size, as in gemm_blocked
-  const int64_t n_panels = ceil_div(g.n, nr);
-  // Enough tasks to balance the pool, each at least 4 B panels wide.
+  // Each product's tasks, one after another: enough to balance the pool, each at least 4 B
+  // panels wide. The pool hands out tasks as threads free up, so products of unequal
+  // widths still balance.
   const int64_t want = 4 * static_cast<int64_t>(pool.num_threads());
-  const int64_t n_splits =
-      std::clamp<int64_t>(ceil_div(want, g.batch * m_blocks), 1, std::max<int64_t>(1, n_panels / 4));
-  const int64_t panels_per_split = ceil_div(n_panels, n_splits);
-  // Where panel q (columns from q * nr) of the depth block at pc starts.
-  const int64_t esize = static_cast<int64_t>(dtype_bytes(pre.dtype));
-  auto b_panel = [&](int64_t q, int64_t pc) {
-    const int64_t j = q * nr, jc = j / kNc * kNc;
-    return pre.panels.get() +
-           (packed_block_offset(g, nr, jc, pc) + (j - jc) * std::min(depth_block, g.k - pc)) * esize;
+  struct Split {
+    int64_t n_panels, n_splits, panels_per_split, first_task;
   };
-  pool.parallel_for(0, g.batch * m_blocks * n_splits, 1, [&](int64_t begin, int64_t end) {
+  std::vector<Split> splits;
+  int64_t tasks = 0;
+  for (const PrepackedProduct& pr : products) {
+    Split sp;
+    sp.n_panels = ceil_div(pr.g->n, nr);
+    sp.n_splits = std::clamp<int64_t>(ceil_div(want, g0.batch * m_blocks), 1, std::max<int64_t>(1, sp.n_panels / 4));
+    sp.panels_per_split = ceil_div(sp.n_panels, sp.n_splits);
+    sp.first_task = tasks;
+    tasks += g0.batch * m_blocks * sp.n_splits;
+    splits.push_back(sp);
+  }
+  pool.parallel_for(0, tasks, 1, [&](int64_t begin, int64_t end) {
     alignas(64) float tile[16 * 64];
     LUMINAL_ASSERT(mr * nr <= 16 * 64, "micro-tile larger than the edge buffer");
-    for (int64_t task = begin; task < end; ++task) {
-      const int64_t bi = task / (m_blocks * n_splits);
-      const int64_t ib = task / n_splits % m_blocks, split = task % n_splits;
-      const int64_t q_begin = split * panels_per_split, q_end = std::min(n_panels, q_begin + panels_per_split);
+    size_t product = 0;
+    for (int64_t task_id = begin; task_id < end; ++task_id) {
+      while (product + 1 < products.size() && splits[product + 1].first_task <= task_id) ++product;
+      const GemmArgs& g = *products[product].g;
+      const PackedB& pre = *products[product].pre;
+      const Split& sp = splits[product];
+      const int64_t task = task_id - sp.first_task;
+      // Where panel q (columns from q * nr) of the depth block at pc starts.
+      const int64_t esize = static_cast<int64_t>(dtype_bytes(pre.dtype));
+      auto b_panel = [&](int64_t q, int64_t pc) {
+        const int64_t j = q * nr, jc = j / kNc * kNc;
+        return pre.panels.get() +
+               (packed_block_offset(g, nr, jc, pc) + (j - jc) * std::min(depth_block, g.k - pc)) * esize;
+      };
+      const int64_t bi = task / (m_blocks * sp.n_splits);
+      const int64_t ib = task / sp.n_splits % m_blocks, split = task % sp.n_splits;
+      const int64_t q_begin = split * sp.panels_per_split, q_end = std::min(sp.n_panels, q_begin + sp.panels_per_split);
       const int64_t s_begin = ib * m_panels / m_blocks, s_end = (ib + 1) * m_panels / m_blocks;
       const float* a_batch = packed_a + bi * a_floats;
       float* c = g.c + bi * g.c_batch_stride;
@@ -296,6 +323,11 @@ void gemm_prepacked(const detail::Kernels& kern, const GemmArgs& g, const Packed
   });
 }
 
+// Does the blocked path take g with B packed beforehand as one region (A packed whole)?
+bool prepacked_fits(const detail::Kernels& kern, const GemmArgs& g) {
+  return static_cast<int64_t>(sizeof(float)) * g.batch * ceil_div(g.m, kern.mr) * kern.mr * g.k <= kPackBudget;
+}
+
 void gemm_blocked(const detail::Kernels& kern, const GemmArgs& g, ThreadPool& pool) {
   const int64_t mr = kern.mr, nr = kern.nr;
   const int64_t mc = std::max<int64_t>(mr, kMcRows / mr * mr);
@@ -310,8 +342,9 @@ void gemm_blocked(const detail::Kernels& kern, const GemmArgs& g, ThreadPool& po
   const int64_t nc_max = round_up(std::min(kNc, g.n), nr);
   const int64_t a_floats = round_up(m_panels * mr * kc_max, 16);  // keeps B panels 64-byte aligned
   const PackedB* pre = usable_packed_b(kern, g);
-  if (pre != nullptr && static_cast<int64_t>(sizeof(float)) * g.batch * m_panels * mr * g.k <= kPackBudget) {
-    gemm_prepacked(kern, g, *pre, pool);
+  if (pre != nullptr && prepacked_fits(kern, g)) {
+    const PrepackedProduct product{&g, pre};
+    gemm_prepacked(kern, {&product, 1}, pool);
     return;
   }
   const int64_t b_floats = pre != nullptr ? 0 : kc_max * nc_max;
@@ -593,6 +626,30 @@ void gemm(const GemmArgs& g) {
   } else {
     gemm_blocked(kern, g, pool);
   }
+}
+
+void gemm_group(std::span<const GemmArgs> products) {
+  if (products.empty()) return;
+  for (const GemmArgs& g : products) validate(g);
+  const GemmArgs& g0 = products[0];
+  const detail::Kernels& kern = detail::active_kernels();
+  // One region where every product shares A (the same operand, read the same way) and
+  // takes the blocked path over its own packed B; else each runs alone.
+  std::vector<PrepackedProduct> group;
+  for (const GemmArgs& g : products) {
+    const bool same_a = g.a == g0.a && g.m == g0.m && g.k == g0.k && g.batch == g0.batch &&
+                        g.a_row_stride == g0.a_row_stride && g.a_col_stride == g0.a_col_stride &&
+                        g.a_batch_stride == g0.a_batch_stride;
+    const PackedB* pre = usable_packed_b(kern, g);
+    if (!same_a || pre == nullptr || g.n == 0 || g.k == 0 || g.m == 0 || !gemm_packs_b(g) || !prepacked_fits(kern, g))
+      break;
+    group.push_back({&g, pre});
+  }
+  if (group.size() == products.size()) {
+    gemm_prepacked(kern, group, ThreadPool::global());
+    return;
+  }
+  for (const GemmArgs& g : products) gemm(g);
 }
 
 bool gemm_packs_b(const GemmArgs& g) {

@@ -238,6 +238,48 @@ TEST(CpuBackend, PersistedWeightsRepackedAfterSetData) {
   }
 }
 
+// q, k and v projections of one x over persisted half-precision weights (our GEMM reads
+// those): the program puts them in a row and runs them as one gemm_group (A packed once),
+// and they match the reference at row counts on both sides of the GEMV path (7 rows: each
+// reads its weight in place, no group), with another product of x^T in between.
+TEST(CpuBackend, SiblingMatmulsRunAsOneGroup) {
+  for (DType wdt : {DType::BF16, DType::F16}) {
+    Graph cx;
+    auto x = cx.tensor({Expression::var("seq"), 300});
+    auto wq = cx.tensor({256, 300}, wdt).persist(), wk = cx.tensor({64, 300}, wdt).persist();
+    auto wv = cx.tensor({64, 300}, wdt).persist();
+    auto q = x.linear(wq.cast(DType::F32));
+    auto k = x.linear(wk.cast(DType::F32));
+    auto gram = x.transpose(0, 1).matmul(x);  // reads x too, in another layout: no sibling
+    auto v = x.linear(wv.cast(DType::F32));
+    std::vector<GraphTensor> outs = {q.output(), (k * 2.0).output(), gram.output(), v.exp().output()};
+    cx.set_dim("seq", 40);
+    auto cpu = cx.compile(cpu::CpuRuntime{}, CompileOptions().search_graph_limit(1).trials(1).verify(VerifyMode::Never));
+    auto ref = cx.compile(ReferenceRuntime{}, CompileOptions().search_graph_limit(1));
+    uint32_t seed = 90;
+    for (GraphTensor w : {wq, wk, wv}) {
+      HostTensor t = varied(wdt, static_cast<size_t>(w.numel().eval({})), seed++, false);
+      cpu.set_data(w, t);
+      ref.set_data(w, t);
+    }
+    for (int64_t rows : {40, 7, 100}) {
+      HostTensor xv = varied(DType::F32, static_cast<size_t>(rows * 300), seed++, true);
+      cpu.set_data(x, xv);
+      ref.set_data(x, xv);
+      cpu.execute({{"seq", rows}});
+      ref.execute({{"seq", rows}});
+      for (size_t o = 0; o < outs.size(); ++o) {
+        auto got = cpu.get(outs[o]).to_f64(), want = ref.get(outs[o]).to_f64();
+        ASSERT_EQ(got.size(), want.size());
+        for (size_t e = 0; e < got.size(); ++e)
+          ASSERT_TRUE(same_value(got[e], want[e], 1e-4)) << dtype_name(wdt) << " rows " << rows << " output " << o
+                                                          << " element " << e << ": " << got[e] << " instead of " << want[e];
+      }
+    }
+    EXPECT_EQ(cpu.gemms_grouped(), 4) << dtype_name(wdt);  // k and v with q, at 40 and 100 rows
+  }
+}
+
 // State the program itself updates (a KV cache) changes every run: a GEMM reading it as B
 // never packs it (and no copy survives a run, whichever way the update is written back).
 // Three runs against the reference, the state updated each time.

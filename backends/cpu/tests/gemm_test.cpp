@@ -538,6 +538,58 @@ TEST(CpuGemm, PinIsaRejectsWhatTheCpuLacks) {
 
 // A packed B that does not fit the call (another ISA, another shape) is ignored, never
 // misread; pack_b refuses a B that differs between batches.
+// Products of one A with their own packed weights (q, k, v): gemm_group packs A once and
+// runs them in one region, with every result bit for bit what gemm() gives alone. Members
+// of unequal widths (a second 4096-column block among them), B dtypes and layouts; a
+// member with another A sends the whole group through gemm().
+TEST(CpuGemm, GroupedProductsShareA) {
+  const Isa saved = active_isa();
+  struct Member {
+    int64_t n;
+    DType dt;
+    bool trans_b;
+  };
+  const Member members[] = {{100, DType::F32, true}, {33, DType::BF16, true}, {4100, DType::F16, false}};
+  for (Isa isa : supported_isas()) {
+    pin_isa(isa);
+    for (bool other_a : {false, true}) {
+      std::vector<Problem> prs;
+      uint32_t seed = 70;
+      for (const Member& mb : members) {
+        Case c{64, mb.n, 1000};
+        c.b_dtype = mb.dt, c.trans_b = mb.trans_b;
+        prs.push_back(make_problem(c, seed++));
+      }
+      for (size_t i = 1; i < prs.size(); ++i) prs[i].a = prs[0].a;  // one A (same layout: same m, k)
+      std::vector<PackedB> packed;
+      for (auto& pr : prs) packed.push_back(pack_b(pr.args));
+      std::vector<GemmArgs> args;
+      for (size_t i = 0; i < prs.size(); ++i) {
+        prs[i].args.a = prs[other_a && i == 2 ? 2 : 0].a.data();
+        prs[i].args.packed_b = &packed[i];
+        prs[i].args.c = prs[i].out.data();
+        args.push_back(prs[i].args);
+      }
+      for (size_t i = 0; i < prs.size(); ++i) {
+        const std::string what = std::string("gemm_group/") + std::string(isa_name(isa)) +
+                                 (other_a ? "/another-A" : "") + " member " + std::to_string(i);
+        check(prs[i], [&](const GemmArgs&) { gemm_group(args); }, what);
+        std::vector<float> alone(prs[i].out.size());
+        GemmArgs single = prs[i].args;
+        single.c = alone.data();
+        gemm(single);
+        for (int64_t r = 0; r < single.m; ++r)
+          for (int64_t j = 0; j < single.n; ++j) {
+            const size_t idx = static_cast<size_t>(r * single.c_row_stride + j);
+            ASSERT_EQ(std::memcmp(&alone[idx], &prs[i].out[idx], sizeof(float)), 0)
+                << what << ": C[" << r << "][" << j << "] " << prs[i].out[idx] << " against " << alone[idx] << " alone";
+          }
+      }
+    }
+  }
+  pin_isa(saved);
+}
+
 TEST(CpuGemm, PackedBIsUsedOnlyWhereItFits) {
   const Isa saved = active_isa();
   Problem pr = make_problem({40, 70, 300}, 11);

@@ -125,12 +125,9 @@ std::optional<DType> widened_weight(const Node& matmul, int operand, DType opera
 // GEMVs that read the same x (an attention block's q, k and v projections; an MLP's gate
 // and up) can run as one launch (launch_gemv_group): one kernel streams all their weights,
 // so the narrow ones (k and v, 1024 outputs) stop paying a launch and a short grid's tail
-// each. That needs them adjacent in the program, so that no step runs between them and the
-// memory planner (lifetimes are step ranges) never lets one's output reuse bytes another
-// step between them reads or writes. This moves each such sibling (and the Inputs it reads,
-// which depend on nothing) up to just after the first; every other node keeps its order.
-// Siblings read the same x the same way: one node, and one A operand (the views differ in
-// the broadcast n axis, which is each one's own width).
+// each. kernel::adjoin_siblings puts them in a row. Siblings read the same x the same way:
+// one node, and one A operand (the views differ in the broadcast n axis, which is each
+// one's own width).
 bool gemv_siblings(const Node& a, const Node& b) {
   if (a.op != OpKind::BackendOp || b.op != OpKind::BackendOp || a.backend->name != "CudaGemv" ||
       b.backend->name != "CudaGemv" || a.dtype != b.dtype || a.inputs.size() != 2 || b.inputs.size() != 2 ||
@@ -143,51 +140,6 @@ bool gemv_siblings(const Node& a, const Node& b) {
   return la->m == lb->m && la->k == lb->k && la->batch == lb->batch && la->outer.empty() && lb->outer.empty() &&
          !xa.copy && !xb.copy && xa.offset == xb.offset && xa.row == xb.row && xa.col == xb.col &&
          xa.batch == xb.batch;
-}
-void adjoin_sibling_gemvs(kernel::RunnableProgram& r) {
-  const luminal::Graph& g = r.graph;
-  const size_t n = g.size();
-  std::vector<NodeId> order;
-  order.reserve(n);
-  std::vector<char> placed(n, 0);
-  auto place = [&](NodeId i) {
-    placed[i] = 1;
-    order.push_back(i);
-  };
-  bool moved = false;
-  for (NodeId i = 0; i < n; ++i) {
-    if (placed[i]) continue;
-    place(i);
-    const Node& a = g.node(i);
-    if (a.op != OpKind::BackendOp || a.backend->name != "CudaGemv") continue;
-    for (NodeId j = i + 1; j < n; ++j) {
-      const Node& b = g.node(j);
-      if (placed[j] || !gemv_siblings(a, b)) continue;
-      bool ready = true;
-      for (const auto& in : b.inputs) ready = ready && (placed[in.node] || g.node(in.node).op == OpKind::Input);
-      if (!ready) continue;
-      for (const auto& in : b.inputs)
-        if (!placed[in.node]) place(in.node);
-      place(j);
-      moved = true;
-    }
-  }
-  if (!moved) return;
-  std::vector<NodeId> new_id(n, kNoNode);
-  for (size_t k = 0; k < n; ++k) new_id[order[k]] = static_cast<NodeId>(k);
-  luminal::Graph out;
-  std::vector<NodeId> external_ids(n, kNoNode);
-  for (NodeId old : order) {
-    Node copy = g.node(old);
-    for (auto& in : copy.inputs) in.node = new_id[in.node];
-    if (copy.updates != kNoNode) copy.updates = new_id[copy.updates];
-    const NodeId id = out.add_node(std::move(copy));
-    LUMINAL_ASSERT(id == new_id[old], "cuda: reordering sibling GEMVs renumbered node ", old);
-    external_ids[id] = r.external_ids[old];
-  }
-  for (auto& [external, node] : r.program_of) node = new_id[node];
-  r.graph = std::move(out);
-  r.external_ids = std::move(external_ids);
 }
 }  // namespace
 
@@ -930,7 +882,7 @@ void CudaRuntime::load_program(size_t slot, const luminal::Graph& program, std::
   if (s.slots.size() <= slot) s.slots.resize(slot + 1);
   ProgramPlan p;
   kernel::RunnableProgram runnable = kernel::runnable_program(program, external_ids, cuda_fuse_options());
-  adjoin_sibling_gemvs(runnable);
+  kernel::adjoin_siblings(runnable, gemv_siblings);
   p.graph = std::move(runnable.graph);
   p.external_ids = std::move(runnable.external_ids);
   p.dim_names = std::move(runnable.dim_names);
@@ -1500,7 +1452,7 @@ void CudaRuntime::run(size_t slot, const DimMap& dims) {
                      false});
     // Matmul operand copies go to scratch buffers allocated after resolving (their size
     // is the largest step's); ops read the pointers at enqueue time through `r`.
-    // The GEMV launch the next step may join (adjoin_sibling_gemvs put siblings in a row):
+    // The GEMV launch the next step may join (kernel::adjoin_siblings put siblings in a row):
     // the launch is enqueued after resolving, so it reads the group as complete.
     std::shared_ptr<GemvGroupArgs> open_group;
     size_t open_group_op = 0;

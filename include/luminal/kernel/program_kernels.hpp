@@ -4,6 +4,7 @@
 // Mul's operands (how a GEMM library reads them without copies).
 #pragma once
 
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -27,6 +28,15 @@ struct RunnableProgram {
 };
 RunnableProgram runnable_program(const Graph& program, const std::vector<NodeId>& external_ids,
                                  const FuseOptions& fusion = {});
+
+// Products that read the same operand (an attention block's q, k and v projections; an
+// MLP's gate and up) can run as one call when they are adjacent in the program: then no
+// step runs between them, and the memory planner (lifetimes are step ranges) never lets
+// one's output reuse bytes a step between them reads or writes. This moves each later
+// node that `siblings(first, later)` accepts, with the Inputs it reads (which depend on
+// nothing), up to just after the first; a node whose other inputs are not computed by
+// then stays. Every other node keeps its order. Returns whether anything moved.
+bool adjoin_siblings(RunnableProgram& r, const std::function<bool(const Node& first, const Node& later)>& siblings);
 
 struct Kernel;
 

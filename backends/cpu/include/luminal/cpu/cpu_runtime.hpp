@@ -44,6 +44,8 @@ class CpuRuntime : public Runtime {
   // Bytes of persisted weights packed for our GEMM (kept across executes, dropped when a
   // weight gets new data).
   int64_t packed_weight_bytes() const;
+  // GEMM steps that ran with the sibling before them (one A packed once: gemm_group), in all runs.
+  int64_t gemms_grouped() const;
   // Kernels compiled by this runtime and its copies (cache misses included).
   int kernels_compiled() const;
 

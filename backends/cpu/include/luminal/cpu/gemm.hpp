@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string_view>
 
 #include "luminal/dtype.hpp"
@@ -70,6 +71,12 @@ void validate(const GemmArgs& args);
 // streams B once, N-parallel. Call it from outside pool tasks for parallelism (inside
 // one it runs serially).
 void gemm(const GemmArgs& args);
+
+// Products that share A (the same operand, m, k and batch; an attention block's q, k and
+// v projections, an MLP's gate and up), each with its own B and C: where every B is packed
+// beforehand (packed_b) and the blocked path takes them, A is packed once and all run in
+// one parallel region; otherwise each runs as gemm(). Same results as gemm() on each.
+void gemm_group(std::span<const GemmArgs> products);
 
 // B of `args` (batch 1, or a B broadcast over the batch) packed for the active ISA's
 // blocked path, on the pool. Costs packed_b_bytes(args).
