@@ -463,6 +463,58 @@ TEST(CpuGemm, NonFiniteValuesPropagate) {
   pin_isa(best_isa());
 }
 
+// Packed half panels carry every special value through their widening: -0, +-inf, NaN,
+// and sums that overflow F32 give exactly what F32 panels of the same values give.
+TEST(CpuGemm, PackedHalfWeightsKeepSpecialValues) {
+  const float inf = std::numeric_limits<float>::infinity();
+  for (DType dt : {DType::BF16, DType::F16}) {
+    for (Isa isa : supported_isas()) {
+      pin_isa(isa);
+      const int64_t m = 20, n = 40, k = 9;
+      std::vector<float> a(static_cast<size_t>(m * k));
+      for (size_t i = 0; i < a.size(); ++i) a[i] = 0.25f * static_cast<float>(i % 7) + 0.5f - (i % 3 == 0 ? 2.f : 0.f);
+      std::vector<uint16_t> half(static_cast<size_t>(k * n));
+      std::vector<float> wide(half.size());
+      const float big = dt == DType::BF16 ? 3e38f : 60000.f;  // BF16: sums past F32's range
+      for (int64_t p = 0; p < k; ++p)
+        for (int64_t j = 0; j < n; ++j) {
+          float v = -0.125f * static_cast<float>((p + j) % 5) + 0.25f;
+          if (j == 2 && p == 3) v = inf;
+          if (j == 5 && p == 1) v = -inf;
+          if (j == 7 && p == 0) v = std::numeric_limits<float>::quiet_NaN();
+          if (j == 11) v = -0.f;
+          if (j == 17 || j == 33) v = p % 2 ? big : -big;
+          if (j == 18) v = big;
+          const size_t idx = static_cast<size_t>(p * n + j);
+          half[idx] = dt == DType::BF16 ? to_bf16(v) : to_f16(v);
+          wide[idx] = static_cast<float>(dt == DType::BF16 ? from_bf16(half[idx]) : from_f16(half[idx]));
+        }
+      std::vector<float> c_half(static_cast<size_t>(m * n)), c_wide(c_half.size());
+      GemmArgs gh = GemmArgs::row_major(m, n, k, a.data(), half.data(), c_half.data(), dt);
+      GemmArgs gw = GemmArgs::row_major(m, n, k, a.data(), wide.data(), c_wide.data());
+      const PackedB ph = pack_b(gh), pw = pack_b(gw);
+      gh.packed_b = &ph;
+      gw.packed_b = &pw;
+      gemm(gh);
+      gemm(gw);
+      bool saw_overflow = false;
+      for (size_t i = 0; i < c_half.size(); ++i) {
+        saw_overflow = saw_overflow || (std::isinf(c_wide[i]) && i % n == 18);
+        if (std::isnan(c_wide[i])) {
+          EXPECT_TRUE(std::isnan(c_half[i])) << dtype_name(dt) << " " << isa_name(isa) << " at " << i;
+        } else {
+          EXPECT_EQ(std::memcmp(&c_half[i], &c_wide[i], sizeof(float)), 0)
+              << dtype_name(dt) << " " << isa_name(isa) << " at " << i << ": " << c_half[i] << " against " << c_wide[i];
+        }
+      }
+      if (dt == DType::BF16) {
+        EXPECT_TRUE(saw_overflow) << isa_name(isa);  // the case is not vacuous
+      }
+    }
+  }
+  pin_isa(best_isa());
+}
+
 TEST(CpuGemm, RejectsBadArguments) {
   std::vector<float> a(4), b(4), c(4);
   GemmArgs g = GemmArgs::row_major(2, 2, 2, a.data(), b.data(), c.data());
