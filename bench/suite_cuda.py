@@ -186,7 +186,7 @@ def main():
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--budget-s", type=float, default=240.0)
     parser.add_argument("--elementwise-only", action="store_true",
-                        help="only the compiled cases: decode attention, the chain, softmax, RMSNorm (elementwise_cuda beside --bin)")
+                        help="only the compiled cases: decode and prefill attention, the chain, softmax, RMSNorm (elementwise_cuda beside --bin)")
     args = parser.parse_args()
     started = time.monotonic()
     chain = elementwise_case(Path(args.bin).parent / "elementwise_cuda", args.quick, started + args.budget_s)
@@ -251,7 +251,7 @@ def elementwise_case(binary, quick, deadline):
     the hand-written kernels also run), each luminal's compiled program (elementwise_cuda)
     against its peers."""
     status = 0
-    for op in ("attention", "chain", "softmax", "rmsnorm"):
+    for op in ("attention", "prefill_attention", "chain", "softmax", "rmsnorm"):
         status = compiled_case(binary, quick, deadline, op) or status
     return status
 
@@ -262,9 +262,14 @@ def compiled_case(binary, quick, deadline, op):
         return 1
     rows = cols = 1024 if quick else 4096
     copies = 3
-    # attention: the decode attention op against the unfused program, both ours (no peers).
-    extra = ["--layers", "4" if quick else "32"] if op == "attention" else ["--copies", str(copies)]
-    proc = subprocess.run([str(binary), "--op", op, "--rows", str(rows), "--cols", str(cols)] + extra,
+    # attention: the attention op against the unfused program, both ours (no peers), over a
+    # decode step (one query over 512 cached keys) and a 512-token prompt's prefill.
+    attention = op in ("attention", "prefill_attention")
+    extra = ["--layers", "4" if quick else "32"] if attention else ["--copies", str(copies)]
+    if op == "prefill_attention":
+        extra += ["--queries", "512", "--context", "0"]
+    proc = subprocess.run([str(binary), "--op", "attention" if attention else op, "--rows", str(rows),
+                           "--cols", str(cols)] + extra,
                           capture_output=True, text=True)
     line = None
     for raw in proc.stdout.splitlines():
@@ -276,7 +281,7 @@ def compiled_case(binary, quick, deadline, op):
         print(proc.stderr, file=sys.stderr)
         emit({"suite": "cuda", "case": f"compiled_{op}", "status": "failed", "error": f"exit {proc.returncode}"})
         return 1
-    if "value" in line and op != "attention":
+    if "value" in line and not attention:
         try:
             if op == "chain":
                 peers, notes = torch_elementwise_peers(rows, cols, deadline)

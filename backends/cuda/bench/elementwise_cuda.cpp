@@ -19,16 +19,17 @@
 // --copies (default 3) independent ones, each on its own input and output, and the time is
 // per op (a model reads distinct data at each layer).
 //
-// --op attention: decode attention as the models spell it (Llama-3-8B's shapes: 32 query
-// heads, 8 kv heads, head dim 128, one new token over --context cached ones, BF16), a chain
-// of --layers layers (each one's output is the next one's q; each reads its own cache),
-// compiled twice in this process: with the matmuls and the softmax as the e-graph has them,
-// then with rules/cuda_attention.egg (LUMINAL_CUDA_ATTENTION=1). Prints the time per layer
-// of both, how many CudaAttention steps the second program runs, and how far apart their
-// results are.
+// --op attention: attention as the models spell it (Llama-3-8B's shapes: 32 query heads, 8
+// kv heads, head dim 128, BF16), --queries new tokens (1: a decode step; 512 with
+// --context 0: a prompt's prefill, causal) over --context cached ones, a chain of --layers
+// layers (each one's output is the next one's q; each reads its own cache), compiled twice
+// in this process: without rules/cuda_attention.egg (LUMINAL_CUDA_ATTENTION=0: the matmuls
+// and the softmax) and with it (=1). Prints the time per layer of both, how many
+// CudaAttention steps the second program runs, and how far apart their results are.
 //
 //   elementwise_cuda [--op chain|softmax|rmsnorm|attention] [--rows 4096] [--cols 4096]
-//                    [--copies N] [--layers 32] [--context 512] [--search-s 5] [--runs 50]
+//                    [--copies N] [--layers 32] [--context 512] [--queries 1] [--search-s 5]
+//                    [--runs 50]
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -126,12 +127,12 @@ int run_row_op(const std::string& op, int64_t rows, int64_t cols, int copies, do
 }
 
 // See --op attention above.
-int run_attention(int layers, int64_t context, double search_s, int runs) {
-  const int64_t heads = 32, kv_heads = 8, head_dim = 128, group = heads / kv_heads, t = context + 1;
+int run_attention(int layers, int64_t context, int64_t queries, double search_s, int runs) {
+  const int64_t heads = 32, kv_heads = 8, head_dim = 128, group = heads / kv_heads, t = context + queries;
   Graph cx;
-  auto q0 = cx.named_tensor("q", {1, heads, head_dim}, DType::BF16).persist();
+  auto q0 = cx.named_tensor("q", {queries, heads, head_dim}, DType::BF16).persist();
   const Expression z = Expression::index(), p = Expression(context), i = z / t, j = z % t;
-  auto mask = cx.iota((le(j, p + i) - 1) * 1000000000, {1, t}, DType::I32).cast(DType::F32);
+  auto mask = cx.iota((le(j, p + i) - 1) * 1000000000, {queries, t}, DType::I32).cast(DType::F32);
   GraphTensor q = q0;
   std::vector<GraphTensor> caches;
   for (int l = 0; l < layers; ++l) {
@@ -142,12 +143,13 @@ int run_attention(int layers, int64_t context, double search_s, int runs) {
     auto v = cx.named_tensor(v_name, {t, kv_heads, head_dim}, DType::BF16).persist();
     caches.push_back(k);
     caches.push_back(v);
-    auto qh = q.reshape({1, kv_heads, group, head_dim}).permute({1, 2, 0, 3}).contiguous().reshape({kv_heads, group, head_dim});
-    auto scores = qh.matmul(k.permute({1, 2, 0})).reshape({kv_heads, group, 1, t}).cast(DType::F32) *
+    auto qh = q.reshape({queries, kv_heads, group, head_dim}).permute({1, 2, 0, 3}).contiguous().reshape(
+        {kv_heads, group * queries, head_dim});
+    auto scores = qh.matmul(k.permute({1, 2, 0})).reshape({kv_heads, group, queries, t}).cast(DType::F32) *
                   (1.0 / std::sqrt(static_cast<double>(head_dim)));
-    auto probs = (scores + mask).softmax(-1).cast(DType::BF16).reshape({kv_heads, group, t});
-    auto out = probs.matmul(v.permute({1, 0, 2})).reshape({kv_heads, group, 1, head_dim}).permute({2, 0, 1, 3});
-    q = out.reshape({1, heads, head_dim});
+    auto probs = (scores + mask).softmax(-1).cast(DType::BF16).reshape({kv_heads, group * queries, t});
+    auto out = probs.matmul(v.permute({1, 0, 2})).reshape({kv_heads, group, queries, head_dim}).permute({2, 0, 1, 3});
+    q = out.reshape({queries, heads, head_dim});
   }
   auto y = q.output("y");
   std::mt19937 rng(17);
@@ -157,7 +159,7 @@ int run_attention(int layers, int64_t context, double search_s, int runs) {
     for (float& x : v) x = dist(rng);
   };
   std::vector<float> q_data;
-  fill(q_data, static_cast<size_t>(heads * head_dim));
+  fill(q_data, static_cast<size_t>(queries * heads * head_dim));
   std::vector<std::vector<float>> cache_data(caches.size());
   for (auto& c : cache_data) fill(c, static_cast<size_t>(t * kv_heads * head_dim));
   const DimMap dims = cx.dim_map();
@@ -165,8 +167,7 @@ int run_attention(int layers, int64_t context, double search_s, int runs) {
   int attention_steps = 0;
   std::vector<float> results[2];
   for (int fused = 0; fused < 2; ++fused) {
-    if (fused) ::setenv("LUMINAL_CUDA_ATTENTION", "1", 1);
-    else ::unsetenv("LUMINAL_CUDA_ATTENTION");
+    ::setenv("LUMINAL_CUDA_ATTENTION", fused ? "1" : "0", 1);
     const auto t0 = Clock::now();
     auto rt = cx.compile(cuda::CudaRuntime{}, CompileOptions().search_time_limit(std::chrono::duration<double>(search_s)));
     compile_s[fused] = std::chrono::duration<double>(Clock::now() - t0).count();
@@ -182,11 +183,12 @@ int run_attention(int layers, int64_t context, double search_s, int runs) {
   for (size_t k = 0; k < results[0].size(); ++k)
     worst = std::max(worst, std::abs(double(results[0][k]) - results[1][k]) / (1.0 + std::abs(double(results[0][k]))));
   std::printf(
-      "{\"suite\": \"cuda\", \"case\": \"decode_attention_bf16_ctx%lld\", \"value\": %s, \"unit\": \"us\", "
+      "{\"suite\": \"cuda\", \"case\": \"%s_attention_bf16_ctx%lld\", \"value\": %s, \"unit\": \"us\", "
       "\"better\": \"lower\", \"unfused_us\": %s, \"speedup\": %s, \"layers\": %d, \"attention_steps\": %d, "
       "\"compile_s\": [%s, %s], \"max_rel_diff\": %s, "
       "\"what\": \"per layer: the program with rules/cuda_attention.egg (value) and without (unfused_us), CUDA events, 20 runs back to back\"}\n",
-      static_cast<long long>(context), json_number(us[1]).c_str(), json_number(us[0]).c_str(),
+      queries == 1 ? "decode" : ("prefill" + std::to_string(queries)).c_str(), static_cast<long long>(context),
+      json_number(us[1]).c_str(), json_number(us[0]).c_str(),
       json_number(us[0] / us[1], "%.3f").c_str(), layers, attention_steps, json_number(compile_s[0], "%.2f").c_str(),
       json_number(compile_s[1], "%.2f").c_str(), json_number(worst, "%.3g").c_str());
   return worst <= 0.05 ? 0 : 1;
@@ -214,7 +216,8 @@ int main(int argc, char** argv) {
     }
     if (op == "attention")
       return run_attention(static_cast<int>(arg(argc, argv, "--layers", 32)),
-                           static_cast<int64_t>(arg(argc, argv, "--context", 512)), search_s, runs);
+                           static_cast<int64_t>(arg(argc, argv, "--context", 512)),
+                           std::max<int64_t>(1, static_cast<int64_t>(arg(argc, argv, "--queries", 1))), search_s, runs);
     if (op != "chain") return run_row_op(op, rows, cols, static_cast<int>(arg(argc, argv, "--copies", 3)), search_s, runs);
 
     Graph cx;

@@ -1,8 +1,11 @@
 #include "attention_op.hpp"
 
 #include <cmath>
+#include <cstdlib>
 #include <numbers>
+#include <string_view>
 
+#include "luminal/error.hpp"
 #include "luminal/search/hlir_egraph.hpp"
 #include "luminal_cuda/kernels.hpp"
 
@@ -97,9 +100,21 @@ std::optional<AttentionLayout> attention_layout(const ShapeTracker& view_q, cons
   return l;
 }
 
+AttentionMode attention_mode() {
+  const char* env = std::getenv("LUMINAL_CUDA_ATTENTION");
+  if (!env || !*env) return AttentionMode::Prefill;
+  const std::string_view v(env);
+  LUMINAL_CHECK(v == "0" || v == "1",
+                "LUMINAL_CUDA_ATTENTION must be 0 (no attention op) or 1 (also seed decode steps), got '", env, "'");
+  return v == "0" ? AttentionMode::Off : AttentionMode::Everywhere;
+}
+
 std::optional<double> attention_cost(std::span<const int64_t> shape) {
-  if (shape.size() == 3 && shape[1] > kAttentionCheapRows) return 1e12;
-  return std::nullopt;
+  constexpr double kNeverSeeds = 1e12;
+  if (shape.size() != 3) return std::nullopt;
+  if (shape[1] >= kAttentionFlashRows) return attention_flash_depth(shape[2]) ? std::nullopt : std::optional(kNeverSeeds);
+  if (attention_mode() == AttentionMode::Everywhere) return std::nullopt;
+  return kNeverSeeds;
 }
 
 void register_attention_primitives(egraph::EGraph& eg) {

@@ -36,12 +36,20 @@ std::optional<AttentionLayout> attention_layout(const ShapeTracker& view_q, cons
                                                 const ShapeTracker& view_v, const ShapeTracker& view_mask,
                                                 const ShapeTracker& view_scale);
 
+// LUMINAL_CUDA_ATTENTION: "0" leaves rules/cuda_attention.egg out (Off); unset, the op is
+// offered and seeds the search where it runs on tensor cores (Prefill); "1" also seeds a
+// decode step's (Everywhere). Anything else is an error naming the variable.
+enum class AttentionMode { Off, Prefill, Everywhere };
+AttentionMode attention_mode();
+
 // Extraction's cost of a CudaAttention writing [batch, rows, width] (Runtime::backend_op_cost).
-// The kernel reads every key once per row without tensor cores: over decode's few rows
-// per kv head it replaces three launches, but over a prefill's rows it is far slower than
-// the two matmuls. Past kAttentionCheapRows rows it costs more than any program, so it
-// never seeds a search there (the search may still draw and measure it); below, nullopt.
-constexpr int64_t kAttentionCheapRows = 64;
+// From kAttentionFlashRows rows a batch, at width 64 or 128, it runs on tensor cores
+// (kernels/attention_flash.cu): nullopt, so it seeds a prefill's search. Other wide shapes
+// take the decode kernel (every key read once per row, no tensor cores), far slower than
+// the two matmuls there: a cost above any program's, so they never seed a search (the
+// search may still draw and measure them). A decode step's few rows: nullopt under
+// AttentionMode::Everywhere, else that cost (in the 8B decode step it only tied the
+// matmuls and the softmax, session 24).
 std::optional<double> attention_cost(std::span<const int64_t> shape);
 
 // (cuda-attention ...), the rule's guard: see rules/cuda_attention.egg.

@@ -37,11 +37,9 @@ std::vector<std::string> runtime_rule_files() {
   // 24); LUMINAL_CUDA_RESIDUAL_EPILOGUE=0 leaves them out, to measure them.
   const char* residual = std::getenv("LUMINAL_CUDA_RESIDUAL_EPILOGUE");
   if (!(residual && std::string_view(residual) == "0")) files.push_back(dir + "cuda_residual.egg");
-  // Attention as one kernel is opt-in (LUMINAL_CUDA_ATTENTION=1): faster alone (15.5
-  // against 22.7 us a layer) but no faster in the 8B decode step (6.94 against 6.70 ms in
-  // one H100 call, 6.61 against 6.64 in the next; session 24, docs/CUDA_BACKEND.md).
-  const char* attention = std::getenv("LUMINAL_CUDA_ATTENTION");
-  if (attention && std::string_view(attention) == "1") files.push_back(dir + "cuda_attention.egg");
+  // Attention as one kernel: on (a prefill's runs on tensor cores); LUMINAL_CUDA_ATTENTION=0
+  // leaves it out. It seeds a decode step's search only with =1 (attention_cost).
+  if (attention_mode() != AttentionMode::Off) files.push_back(dir + "cuda_attention.egg");
   files.push_back(kernel::fusion_rule_file());
   return files;
 }
@@ -1187,6 +1185,25 @@ struct Resolver {
   }
 };
 
+// Whether an attention runs on tensor cores (kernels/attention_flash.cu): at least
+// kAttentionFlashRows rows a batch (a prefill), F16 or BF16, depth = width = 64 or 128,
+// q, k and v contiguous along the depth and width with 16-byte rows, sm_80 and later. The
+// sizes and strides go through `rs`, so a resolution is reused only where they agree.
+bool flash_attention_takes(const AttentionLayout& l, DType dtype, int cc_major, std::initializer_list<DevicePtr> operands,
+                           Resolver& rs) {
+  const auto depth = l.depth.as_constant(), width = l.width.as_constant();
+  if (cc_major < 8 || (dtype != DType::F16 && dtype != DType::BF16) || !depth || !width || *depth != *width ||
+      !attention_flash_depth(*depth))
+    return false;
+  if (rs.eval(l.rows) < kAttentionFlashRows) return false;
+  for (DevicePtr operand : operands)
+    if (operand % 16 != 0) return false;
+  for (const Expression* e : {&l.q.offset, &l.q.batch, &l.q.row, &l.k.offset, &l.k.batch, &l.k.col, &l.v.offset,
+                              &l.v.batch, &l.v.row})
+    if (rs.eval(*e) % 8 != 0) return false;
+  return rs.eval(l.q.col) == 1 && rs.eval(l.k.row) == 1 && rs.eval(l.v.col) == 1;
+}
+
 // The executable graph a run of `r` launches, or null to launch its ops one by one.
 // - A resolution with its own graph, or the one the plan's live graph holds, replays it.
 // - A resolution run a second time while the live graph holds another (dims that
@@ -1711,17 +1728,25 @@ void CudaRuntime::run(size_t slot, const DimMap& dims) {
           LUMINAL_ASSERT(values.size() == static_cast<size_t>(kAttentionRowsParams), "cuda: attention params ",
                          values.size());
           const size_t params = rs.add_values(values);
-          const int split = attention_rows_split(s.shared->context->info().cc_major);
-          const int64_t grid = rs.blocks(l.batch * l.rows) * split;
+          const DevicePtr q = ptr[n.inputs[0].node], k = ptr[n.inputs[1].node], v = ptr[n.inputs[2].node],
+                          mask = ptr[n.inputs[3].node], scale = ptr[n.inputs[4].node], out = ptr[step.node];
+          const int cc_major = s.shared->context->info().cc_major;
+          // A prefill's many rows per batch run on tensor cores (kernels/attention_flash.cu)
+          // where the layout allows; a decode step's few rows take a cluster of blocks each.
+          const bool flash = flash_attention_takes(l, n.dtype, cc_major, {q, k, v}, rs);
+          const int split = flash ? 1 : attention_rows_split(cc_major);
+          const int64_t grid =
+              flash ? rs.blocks(l.batch * ceil_div(l.rows, Expression(kAttentionFlashRows))) : rs.blocks(l.batch * l.rows) * split;
           LUMINAL_CHECK(grid <= std::numeric_limits<int32_t>::max(), "cuda: ", what, " needs ", grid,
                         " blocks, above the grid limit");
           api::CUfunction fn =
-              s.shared->modules->function(attention_rows_source(n.dtype, split), kAttentionRowsKernelName);
-          const DevicePtr q = ptr[n.inputs[0].node], k = ptr[n.inputs[1].node], v = ptr[n.inputs[2].node],
-                          mask = ptr[n.inputs[3].node], scale = ptr[n.inputs[4].node], out = ptr[step.node];
+              flash ? s.shared->modules->function(attention_flash_source(n.dtype, static_cast<int>(*l.depth.as_constant())),
+                                                  kAttentionFlashKernelName)
+                    : s.shared->modules->function(attention_rows_source(n.dtype, split), kAttentionRowsKernelName);
+          const unsigned threads = flash ? kAttentionFlashThreads : kAttentionRowsThreads;
           Resolved* rp = &r;
-          r.ops.push_back({[fn, grid, q, k, v, mask, scale, out, params, rp](StreamHandle st) {
-                             launch_kernel(fn, static_cast<unsigned>(grid), kAttentionRowsThreads,
+          r.ops.push_back({[fn, grid, threads, q, k, v, mask, scale, out, params, rp](StreamHandle st) {
+                             launch_kernel(fn, static_cast<unsigned>(grid), threads,
                                            {q, k, v, mask, scale, out, rp->dims.ptr() + params * sizeof(int64_t)}, st);
                            },
                            false});

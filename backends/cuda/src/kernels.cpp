@@ -449,6 +449,15 @@ KernelSource attention_rows_source(DType dtype, int split) {
   return assemble(detail::concat("attention_rows_", lower(dtype_name(dtype)), "_s", split), embedded::kAttentionRowsCu, entry);
 }
 
+KernelSource attention_flash_source(DType dtype, int depth) {
+  LUMINAL_CHECK(dtype == DType::F16 || dtype == DType::BF16, "flash attention takes F16 or BF16, got ",
+                dtype_name(dtype));
+  LUMINAL_CHECK(attention_flash_depth(depth), "flash attention takes depth 64 or 128, got ", depth);
+  return assemble(detail::concat("attention_flash_", lower(dtype_name(dtype)), "_d", depth), embedded::kAttentionFlashCu,
+                  detail::concat("LUMINAL_ATTENTION_FLASH_ENTRY(", kAttentionFlashKernelName, ", ",
+                                 kernel_type_name(dtype), ", ", depth, ")"));
+}
+
 // ---- fill ----
 
 KernelSource fill_source(DType dtype) {
@@ -512,6 +521,8 @@ std::vector<KernelSource> all_kernel_sources() {
     sources.push_back(fill_source(dt));
     sources.push_back(small_matmul_source(dt));
     for (int split : {1, attention_rows_split(9)}) sources.push_back(attention_rows_source(dt, split));
+    if (dt != DType::F32)
+      for (int depth : {64, 128}) sources.push_back(attention_flash_source(dt, depth));
     sources.push_back(rows_source(dt));
     sources.push_back(kv_scatter_source(dt));
     if (dt == DType::BF16) {

@@ -179,34 +179,44 @@ TEST(CudaRuntimeNoGpu, AttentionRuleMatchesDecodeShapes) {
     }
 }
 
-// The search's first candidate is the cheapest program by the extraction costs: the
-// attention kernel (no tensor cores, every key read once per row) must seed decode's
-// search, one query position, and never a prefill's, where it is far slower than the
-// matmuls (a cost of 1 scaled by its output made it seed both: TTFT 15 -> 84 ms).
-TEST(CudaRuntimeNoGpu, AttentionSeedsDecodeButNotPrefill) {
-  ::setenv("LUMINAL_CUDA_ATTENTION", "1", 1);
+// The search's first candidate is the cheapest program by the extraction costs. The
+// attention op seeds a prefill's search where it runs on tensor cores (head dim 64 or 128:
+// kernels/attention_flash.cu), never where it would take the decode kernel over a prefill's
+// rows (no tensor cores, every key read once per row: a cost of 1 scaled by its output
+// made it seed both, TTFT 15 -> 84 ms), and a decode step's only with
+// LUMINAL_CUDA_ATTENTION=1; with =0 no program has it.
+TEST(CudaRuntimeNoGpu, AttentionSeedsWhereItRunsFast) {
   struct Unset {
     ~Unset() { ::unsetenv("LUMINAL_CUDA_ATTENTION"); }
   } unset;
-  TestModel m;
-  build_gqa_attention(m, Expression::var("p"), Expression::var("s"), 32, 8, 128, 0.125, true);
-  m.cx.set_dim("p", 511);
-  m.cx.set_dim("s", 1);
-  auto lowered = saturated(m);
-  auto space = search::choice_space(lowered);
-  auto seeded = [&](const DimMap& dims) {
-    auto genome = search::cheapest_genome(lowered, space, &dims, cuda::runtime_backend_op_cost);
-    auto program = search::extract(lowered, space, genome);
-    EXPECT_TRUE(program.has_value());
-    return program ? count_ops(program->program, "CudaAttention") : -1;
-  };
-  EXPECT_EQ(seeded({{"p", 511}, {"s", 1}}), 1) << "decode";
-  EXPECT_EQ(seeded({{"p", 0}, {"s", 512}}), 0) << "a 512-token prefill";
-  // Without the backend's cost, a prefill would be seeded with it.
-  DimMap prefill{{"p", 0}, {"s", 512}};
-  auto plain = search::extract(lowered, space, search::cheapest_genome(lowered, space, &prefill));
-  ASSERT_TRUE(plain.has_value());
-  EXPECT_EQ(count_ops(plain->program, "CudaAttention"), 1) << "the default cost no longer prefers it: the test proves nothing";
+  const DimMap decode{{"p", 511}, {"s", 1}}, prefill{{"p", 0}, {"s", 512}};
+  for (const char* mode : {"1", "", "0"})
+    for (int head_dim : {128, 96}) {
+      ::setenv("LUMINAL_CUDA_ATTENTION", mode, 1);
+      const std::string what = detail::concat("LUMINAL_CUDA_ATTENTION='", mode, "' head dim ", head_dim, ": ");
+      TestModel m;
+      build_gqa_attention(m, Expression::var("p"), Expression::var("s"), 32, 8, head_dim, 0.125, true);
+      m.cx.set_dim("p", 511);
+      m.cx.set_dim("s", 1);
+      auto lowered = saturated(m);
+      auto space = search::choice_space(lowered);
+      auto seeded = [&](const DimMap& dims) {
+        auto genome = search::cheapest_genome(lowered, space, &dims, cuda::runtime_backend_op_cost);
+        auto program = search::extract(lowered, space, genome);
+        EXPECT_TRUE(program.has_value());
+        return program ? count_ops(program->program, "CudaAttention") : -1;
+      };
+      const bool offered = std::string_view(mode) != "0";
+      EXPECT_EQ(seeded(decode), offered && std::string_view(mode) == "1" ? 1 : 0) << what << "decode";
+      EXPECT_EQ(seeded(prefill), offered && head_dim == 128 ? 1 : 0) << what << "a 512-token prefill";
+      // Without the backend's cost, a prefill would be seeded with it wherever it is offered.
+      auto plain = search::extract(lowered, space, search::cheapest_genome(lowered, space, &prefill));
+      ASSERT_TRUE(plain.has_value());
+      EXPECT_EQ(count_ops(plain->program, "CudaAttention"), offered ? 1 : 0)
+          << what << "the default cost no longer prefers it: the test proves nothing";
+    }
+  ::setenv("LUMINAL_CUDA_ATTENTION", "2", 1);
+  EXPECT_THROW(cuda::runtime_backend_op_cost("CudaAttention", std::vector<int64_t>{8, 4, 128}), Error);
 }
 
 TEST(CudaRuntimeNoGpu, EmittedKernelsCompileForSm90) {

@@ -164,6 +164,17 @@ inline constexpr int kAttentionRowsParams = 29;
 inline constexpr unsigned kAttentionRowsThreads = 256;
 inline constexpr int64_t kAttentionRowsMaxDepth = 256;
 
+// Attention over many rows on tensor cores (kernels/attention_flash.cu): the CudaAttention
+// op's contract and params (kAttentionRowsParams) with mma.sync, 64 rows of one batch per
+// block of kAttentionFlashThreads threads, batch * ceil(rows / 64) blocks or more. F16 or
+// BF16, depth = width = 64 or 128, q, k and v contiguous along the depth (and v along the
+// width), offsets and row strides multiples of 8 elements; sm_80 and later.
+KernelSource attention_flash_source(DType dtype, int depth);
+inline constexpr const char* kAttentionFlashKernelName = "luminal_attention_flash";
+inline constexpr unsigned kAttentionFlashThreads = 128;
+inline constexpr int64_t kAttentionFlashRows = 64;
+inline constexpr bool attention_flash_depth(int64_t depth) { return depth == 64 || depth == 128; }
+
 // Every variant a build can launch, for ahead-of-time compilation and the NVRTC tests.
 std::vector<KernelSource> all_kernel_sources();
 

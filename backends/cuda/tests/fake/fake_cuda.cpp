@@ -272,7 +272,7 @@ static void lm_run(F body, unsigned grid, unsigned block, int mode) {
 )";
 
 struct Function {
-  enum Kind_ { Emitted, Gemv, GemvGroup, Fill, SmallMatmul, AttentionRows, Hold } kind = Emitted;
+  enum Kind_ { Emitted, Gemv, GemvGroup, Fill, SmallMatmul, AttentionRows, AttentionFlash, Hold } kind = Emitted;
   void (*launch)(void**, unsigned, unsigned) = nullptr;  // Emitted
   int nargs = 0;                                        // Emitted: every argument is a pointer
   Kind dtype = Kind::F32;                               // Gemv / Fill
@@ -323,7 +323,7 @@ CUresult load_module(Module& m, const std::string& source) {
   bool hand_written = false;
   for (const char* family :
        {"LUMINAL_GEMV_ENTRY", "LUMINAL_GEMV_GROUP_ENTRY", "LUMINAL_FILL_ENTRY", "LUMINAL_SMALL_MATMUL_ENTRY",
-        "LUMINAL_ATTENTION_ROWS_ENTRY", "LUMINAL_ATTENTION_ROWS_CLUSTER_ENTRY"})
+        "LUMINAL_ATTENTION_ROWS_ENTRY", "LUMINAL_ATTENTION_ROWS_CLUSTER_ENTRY", "LUMINAL_ATTENTION_FLASH_ENTRY"})
     for (const auto& args : macro_uses(source, family)) {
       if (args.size() < 2) continue;
       Function f;
@@ -332,6 +332,7 @@ CUresult load_module(Module& m, const std::string& source) {
                : fam == "LUMINAL_GEMV_GROUP_ENTRY" ? Function::GemvGroup
                : fam == "LUMINAL_FILL_ENTRY"       ? Function::Fill
                : fam == "LUMINAL_SMALL_MATMUL_ENTRY" ? Function::SmallMatmul
+               : fam == "LUMINAL_ATTENTION_FLASH_ENTRY" ? Function::AttentionFlash
                                                    : Function::AttentionRows;
       f.dtype = kind_of_type_name(args[1]);
       // LUMINAL_GEMV_ENTRY(NAME, T, TW, MMAX, RPW, ACT, UNROLL)
@@ -433,10 +434,18 @@ void host_small_matmul(Kind k, const CUdeviceptr* p, unsigned grid) {
 // row), the rounded scores times the scale plus the mask, softmax over the keys in F32 (its
 // maximum NaN-propagating, exp2 of (s - max) * log2 e), the probabilities rounded to the
 // dtype, their product with v rounded; every product rounded before it is added.
-void host_attention_rows(Kind k, const CUdeviceptr* p, unsigned grid) {
+// The CudaAttention contract (kernels/attention_rows.cu); a block takes `rows_per_block`
+// consecutive rows of one batch: 1 for attention_rows.cu, kFlashRows for attention_flash.cu,
+// whose layout limits are checked here (the runtime must never launch it on others).
+void host_attention_rows(Kind k, const CUdeviceptr* p, unsigned grid, long long rows_per_block) {
   std::lock_guard lock(big_lock());
   const auto* a = static_cast<const long long*>(host(p[6]));
   const long long batch = a[0], rows = a[1], seq = a[3], keys = a[4], depth = a[5], width = a[6];
+  if (rows_per_block > 1 && (depth != width || (depth != 64 && depth != 128) || a[10] != 1 || a[13] != 1 ||
+                             a[18] != 1 || k == Kind::F32 || (p[0] | p[1] | p[2]) % 16 != 0)) {
+    std::fprintf(stderr, "fake_cuda: flash attention launched on a layout it does not take\n");
+    std::abort();
+  }
   const auto* mask = static_cast<const float*>(host(p[3]));
   const auto* scale = static_cast<const float*>(host(p[4]));
   auto rounded = [k](float v) {
@@ -444,9 +453,12 @@ void host_attention_rows(Kind k, const CUdeviceptr* p, unsigned grid) {
     store(&bits, 0, v, k);
     return static_cast<float>(load(&bits, 0, k));
   };
-  const long long blocks = std::min<long long>(grid, batch * rows);
-  for (long long block = 0; block < blocks; ++block) {
-    const long long b = block / rows, r = block % rows, g = r / seq, i = r % seq;
+  const long long tiles = (rows + rows_per_block - 1) / rows_per_block;
+  const long long blocks = std::min<long long>(grid, batch * tiles);
+  for (long long row = 0; row < blocks * rows_per_block; ++row) {
+    const long long b = row / rows_per_block / tiles, r = row / rows_per_block % tiles * rows_per_block + row % rows_per_block;
+    if (r >= rows) continue;
+    const long long g = r / seq, i = r % seq;
     std::vector<float> f(static_cast<size_t>(keys));
     float mx = -INFINITY;
     for (long long j = 0; j < keys; ++j) {
@@ -702,11 +714,12 @@ CUresult cuLaunchKernel(CUfunction fn, unsigned gx, unsigned gy, unsigned gz, un
         host_gemv(k, kw, 0, p, sizes);
       }
     });
-  } else if (f.kind == Function::AttentionRows) {
+  } else if (f.kind == Function::AttentionRows || f.kind == Function::AttentionFlash) {
     CUdeviceptr p[7];
     for (int i = 0; i < 7; ++i) std::memcpy(&p[i], params[i], sizeof(CUdeviceptr));
     const Kind k = f.dtype;
-    submit(s, NodeType::Kernel, [=] { host_attention_rows(k, p, gx); });
+    const long long rows_per_block = f.kind == Function::AttentionFlash ? 64 : 1;
+    submit(s, NodeType::Kernel, [=] { host_attention_rows(k, p, gx, rows_per_block); });
   } else if (f.kind == Function::Hold) {
     submit(s, NodeType::Kernel, [] {});
   } else if (f.kind == Function::SmallMatmul) {

@@ -1,0 +1,256 @@
+// The CudaAttention op over many query rows (a prefill) on tensor cores. attention_rows.cu
+// states the op's contract and its params layout (the same 29 int64s, read from device
+// memory); this kernel computes the same thing:
+//   f[j]   = round_T(q[b, r, :] . k[b, :, j]) * scale[b, g, i, j] + mask[b, g, i, j]
+//   e[j]   = exp2((f[j] + max_j f * -1) * log2 e)
+//   p[j]   = round_T(e[j] * (1 / sum_j e[j]))
+//   out[b, r, :] = round_T(sum_j p[j] * v[b, j, :])
+// A block takes 64 rows of one batch (four warps of 16) and walks the keys in tiles of 64,
+// k and v staged in shared memory, with mma.sync m16n8k16 (F32 accumulators) for q . k^T
+// and p . v. Two passes, not flash-attention's one: the first keeps each row's running
+// maximum and sum (the sum rescaled when the maximum grows), the second computes the
+// scores again and forms every probability from the row's final maximum and sum, rounded
+// to T before its product with v, as the primitives round it (flash-attention's
+// unnormalised, rescaled accumulator would round differently). Only the order of the sums
+// and the sum's rescaling differ from the primitives.
+//
+// Every key is visited, masked or not: skipping a tile whose mask is all -inf would drop
+// the NaN that an infinite or NaN score there gives the whole row.
+//
+// Takes (the runtime checks): T F16 or BF16, depth = width = D (64 or 128), q contiguous
+// along depth, k and v contiguous along depth and width, every offset and row stride a
+// multiple of 8 elements (16-byte rows). sm_80 and later.
+namespace lk {
+
+constexpr int kFlashWarps = 4;
+constexpr int kFlashRows = 16 * kFlashWarps;  // query rows per block
+constexpr int kFlashKeys = 64;                // keys per tile
+
+template <class T> struct Mma;
+template <> struct Mma<__nv_bfloat16> {
+  static __device__ __forceinline__ void run(float (&c)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#else
+    __trap();
+#endif
+  }
+  static __device__ __forceinline__ unsigned pack(float lo, float hi) {
+    const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<const unsigned*>(&h);
+  }
+};
+template <> struct Mma<__half> {
+  static __device__ __forceinline__ void run(float (&c)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#else
+    __trap();
+#endif
+  }
+  static __device__ __forceinline__ unsigned pack(float lo, float hi) {
+    const __half2 h = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<const unsigned*>(&h);
+  }
+};
+
+// Two adjacent elements of T as one 32-bit register (the first in the low half).
+template <class T>
+__device__ __forceinline__ unsigned load_pair(const T* p) {
+  return *reinterpret_cast<const unsigned*>(p);
+}
+// Two elements of T a row apart (a column of v, for the B operand of p . v).
+template <class T>
+__device__ __forceinline__ unsigned load_column_pair(const T* p, int pitch) {
+  const unsigned lo = *reinterpret_cast<const unsigned short*>(p);
+  const unsigned hi = *reinterpret_cast<const unsigned short*>(p + pitch);
+  return lo | (hi << 16);
+}
+
+__device__ __forceinline__ float flash_nan_max(float a, float b) { return (b != b || b > a) ? b : a; }
+
+template <class T, int D>
+__device__ __forceinline__ void attention_flash(const T* __restrict__ q, const T* __restrict__ k,
+                                                const T* __restrict__ v, const float* __restrict__ mask,
+                                                const float* __restrict__ scale, T* __restrict__ out,
+                                                const long long* __restrict__ p) {
+  static_assert(D % 16 == 0 && D <= 128, "depth must be a multiple of 16 up to 128");
+  constexpr int kPitch = D + 8;  // shared rows 16 bytes past a multiple of 128: no bank conflicts
+  constexpr int kChunks = D / 8;  // 16-byte chunks per key
+  constexpr float kLog2e = 1.4426950408889634f;
+  __shared__ __align__(16) T ks[kFlashKeys * kPitch];
+  __shared__ __align__(16) T vs[kFlashKeys * kPitch];
+
+  const long long batch = p[0], rows = p[1], seq = p[3], keys = p[4];
+  const long long tiles = (rows + kFlashRows - 1) / kFlashRows;
+  const long long b = blockIdx.x / tiles, tile = blockIdx.x % tiles;
+  if (b >= batch) return;  // blocks past the grid the dims ask for
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
+
+  // This thread's two rows of its warp's 16 (g and g + 8), clamped into range for reading.
+  long long row[2];
+  bool live[2];
+  const float *mask_row[2], *scale_row[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const long long r = tile * kFlashRows + warp * 16 + g + 8 * h;
+    live[h] = r < rows;
+    row[h] = live[h] ? r : rows - 1;
+    const long long gi = row[h] / seq, i = row[h] % seq;
+    mask_row[h] = mask + p[19] + b * p[20] + gi * p[21] + i * p[22];
+    scale_row[h] = scale + p[24] + b * p[25] + gi * p[26] + i * p[27];
+  }
+  const long long mask_j = p[23], scale_j = p[28];
+
+  // q's A fragments (row-major 16 x 16 per step of the depth): a0 (g, 2t), a1 (g + 8, 2t),
+  // a2 (g, 2t + 8), a3 (g + 8, 2t + 8). Rows past the end read as zeros.
+  unsigned qa[D / 16][4];
+  {
+    const T* qb = q + p[7] + b * p[8];
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const T* qr = qb + row[h] * p[9] + kk * 16 + 2 * t;
+        qa[kk][h] = live[h] ? load_pair(qr) : 0u;
+        qa[kk][2 + h] = live[h] ? load_pair(qr + 8) : 0u;
+      }
+  }
+  const T* kb = k + p[11] + b * p[12];
+  const T* vb = v + p[15] + b * p[16];
+  const long long k_js = p[14], v_js = p[17];
+
+  // Keys [j0, j0 + 64) of k (and v) into shared memory; keys past the end as zeros (a
+  // probability of 0 times a zero, never times whatever lies past v).
+  auto stage = [&](long long j0, bool with_v) {
+    for (int c = tid; c < kFlashKeys * kChunks; c += kFlashWarps * 32) {
+      const int j = c / kChunks, d = (c % kChunks) * 8;
+      const bool in = j0 + j < keys;
+      *reinterpret_cast<uint4*>(ks + j * kPitch + d) =
+          in ? *reinterpret_cast<const uint4*>(kb + (j0 + j) * k_js + d) : make_uint4(0, 0, 0, 0);
+      if (with_v)
+        *reinterpret_cast<uint4*>(vs + j * kPitch + d) =
+            in ? *reinterpret_cast<const uint4*>(vb + (j0 + j) * v_js + d) : make_uint4(0, 0, 0, 0);
+    }
+  };
+
+  // f for the tile's keys: s[nt][e] is row g + 8 (e / 2), key j0 + 8 nt + 2t + e % 2 (the
+  // accumulator layout); keys past the end are -inf.
+  float s[kFlashKeys / 8][4];
+  auto scores = [&](long long j0) {
+#pragma unroll
+    for (int nt = 0; nt < kFlashKeys / 8; ++nt) {
+      s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
+      const T* kr = ks + (nt * 8 + g) * kPitch + 2 * t;
+#pragma unroll
+      for (int kk = 0; kk < D / 16; ++kk) Mma<T>::run(s[nt], qa[kk], load_pair(kr + kk * 16), load_pair(kr + kk * 16 + 8));
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const long long j = j0 + nt * 8 + 2 * t + (e & 1);
+        const int h = e >> 1;
+        s[nt][e] = j < keys ? __fadd_rn(__fmul_rn(to_float(from_float<T>(s[nt][e])), __ldg(scale_row[h] + j * scale_j)),
+                                        __ldg(mask_row[h] + j * mask_j))
+                            : LK_NEG_INF;
+      }
+    }
+  };
+
+  // Pass 1: each row's maximum and sum of exponentials. The four threads of a quad hold a
+  // row's 64 scores of a tile between them (two columns each per 8-key slice).
+  float mx[2] = {LK_NEG_INF, LK_NEG_INF}, sum[2] = {0.0f, 0.0f};
+  for (long long j0 = 0; j0 < keys; j0 += kFlashKeys) {
+    __syncthreads();  // the tile before is read
+    stage(j0, false);
+    __syncthreads();
+    scores(j0);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      float tile_max = LK_NEG_INF;
+#pragma unroll
+      for (int nt = 0; nt < kFlashKeys / 8; ++nt)
+        tile_max = flash_nan_max(flash_nan_max(tile_max, s[nt][2 * h]), s[nt][2 * h + 1]);
+      tile_max = flash_nan_max(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 1));
+      tile_max = flash_nan_max(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 2));
+      const float m = flash_nan_max(mx[h], tile_max);
+      // A tile of -inf under a maximum of -inf adds nothing (its exponentials would be NaN:
+      // -inf + inf); a row of -inf alone comes out NaN in pass 2, as the primitives give.
+      // No branch around the shuffles: a quad agrees, a warp need not.
+      const bool empty = m == LK_NEG_INF;
+      const float neg = empty ? 0.0f : __fmul_rn(m, -1.0f);
+      float part = 0.0f;
+#pragma unroll
+      for (int nt = 0; nt < kFlashKeys / 8; ++nt)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) part = __fadd_rn(part, exp2f(__fmul_rn(__fadd_rn(s[nt][2 * h + e], neg), kLog2e)));
+      part = __fadd_rn(part, __shfl_xor_sync(0xffffffffu, part, 1));
+      part = __fadd_rn(part, __shfl_xor_sync(0xffffffffu, part, 2));
+      if (!empty) {
+        sum[h] = __fadd_rn(__fmul_rn(sum[h], exp2f(__fmul_rn(__fadd_rn(mx[h], neg), kLog2e))), part);
+        mx[h] = m;
+      }
+    }
+  }
+  float neg_max[2], inv_sum[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    neg_max[h] = __fmul_rn(mx[h], -1.0f);
+    inv_sum[h] = __frcp_rn(sum[h]);
+  }
+
+  // Pass 2: the probabilities, rounded, times v. A row's probabilities of two 8-key slices
+  // are exactly the A fragment of a 16-key step (the accumulator and A layouts line up).
+  float o[D / 8][4];
+#pragma unroll
+  for (int dt = 0; dt < D / 8; ++dt) o[dt][0] = o[dt][1] = o[dt][2] = o[dt][3] = 0.0f;
+  for (long long j0 = 0; j0 < keys; j0 += kFlashKeys) {
+    __syncthreads();
+    stage(j0, true);
+    __syncthreads();
+    scores(j0);
+    unsigned pa[kFlashKeys / 16][4];
+#pragma unroll
+    for (int nt = 0; nt < kFlashKeys / 8; ++nt) {
+      float pr[4];
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int h = e >> 1;
+        pr[e] = __fmul_rn(exp2f(__fmul_rn(__fadd_rn(s[nt][e], neg_max[h]), kLog2e)), inv_sum[h]);
+      }
+      pa[nt / 2][(nt & 1) * 2 + 0] = Mma<T>::pack(pr[0], pr[1]);
+      pa[nt / 2][(nt & 1) * 2 + 1] = Mma<T>::pack(pr[2], pr[3]);
+    }
+#pragma unroll
+    for (int dt = 0; dt < D / 8; ++dt) {
+      const T* vc = vs + 2 * t * kPitch + dt * 8 + g;
+#pragma unroll
+      for (int kk = 0; kk < kFlashKeys / 16; ++kk)
+        Mma<T>::run(o[dt], pa[kk], load_column_pair(vc + kk * 16 * kPitch, kPitch),
+                    load_column_pair(vc + (kk * 16 + 8) * kPitch, kPitch));
+    }
+  }
+
+  // out[b, r, dt * 8 + 2t ..]: two adjacent columns per register pair.
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    if (!live[h]) continue;
+    T* orow = out + (b * rows + row[h]) * D + 2 * t;
+#pragma unroll
+    for (int dt = 0; dt < D / 8; ++dt)
+      *reinterpret_cast<unsigned*>(orow + dt * 8) = Mma<T>::pack(o[dt][2 * h], o[dt][2 * h + 1]);
+  }
+}
+
+}  // namespace lk
+
+// kFlashWarps * 32 threads; batch * ceil(rows / 64) blocks or more (the extra ones leave).
+#define LUMINAL_ATTENTION_FLASH_ENTRY(NAME, T, D)                                                                \
+  extern "C" __global__ void __launch_bounds__(lk::kFlashWarps * 32)                                             \
+      NAME(const T* q, const T* k, const T* v, const float* mask, const float* scale, T* out,                    \
+           const long long* params) {                                                                            \
+    LK_GRID_ENTER();                                                                                              \
+    lk::attention_flash<T, D>(q, k, v, mask, scale, out, params);                                                \
+  }
