@@ -126,35 +126,56 @@ __device__ __forceinline__ void attention_flash(const T* __restrict__ q, const T
 
   // Keys [j0, j0 + 64) of k (and v) into shared memory; keys past the end as zeros (a
   // probability of 0 times a zero, never times whatever lies past v).
-  auto stage = [&](long long j0, bool with_v) {
-    for (int c = tid; c < kFlashKeys * kChunks; c += kFlashWarps * 32) {
-      const int j = c / kChunks, d = (c % kChunks) * 8;
-      const bool in = j0 + j < keys;
-      *reinterpret_cast<uint4*>(ks + j * kPitch + d) =
-          in ? *reinterpret_cast<const uint4*>(kb + (j0 + j) * k_js + d) : make_uint4(0, 0, 0, 0);
-      if (with_v)
-        *reinterpret_cast<uint4*>(vs + j * kPitch + d) =
-            in ? *reinterpret_cast<const uint4*>(vb + (j0 + j) * v_js + d) : make_uint4(0, 0, 0, 0);
+  // All of a thread's loads of a tile are issued before its first store.
+  auto stage_one = [&](T* dst, const T* src, long long js, long long j0) {
+    constexpr int kPer = kFlashKeys * kChunks / (kFlashWarps * 32);
+    uint4 chunk[kPer];
+#pragma unroll
+    for (int u = 0; u < kPer; ++u) {
+      const int c = tid + u * kFlashWarps * 32, j = c / kChunks, d = (c % kChunks) * 8;
+      chunk[u] = j0 + j < keys ? *reinterpret_cast<const uint4*>(src + (j0 + j) * js + d) : make_uint4(0, 0, 0, 0);
     }
+#pragma unroll
+    for (int u = 0; u < kPer; ++u) {
+      const int c = tid + u * kFlashWarps * 32, j = c / kChunks, d = (c % kChunks) * 8;
+      *reinterpret_cast<uint4*>(dst + j * kPitch + d) = chunk[u];
+    }
+  };
+  auto stage = [&](long long j0, bool with_v) {
+    stage_one(ks, kb, k_js, j0);
+    if (with_v) stage_one(vs, vb, v_js, j0);
   };
 
   // f for the tile's keys: s[nt][e] is row g + 8 (e / 2), key j0 + 8 nt + 2t + e % 2 (the
-  // accumulator layout); keys past the end are -inf.
+  // accumulator layout); keys past the end are -inf. In two steps, so that the mask's 32
+  // loads per thread are all in flight while the tile is staged (one round trip, not one
+  // per 8-key slice): first s holds the mask, then the rounded products are scaled and
+  // added to it. A scale of one value (every stride 0: the models' 1 / sqrt(depth)) is
+  // read once.
+  const bool scalar_scale = p[25] == 0 && p[26] == 0 && p[27] == 0 && scale_j == 0;
+  const float scale0 = __ldg(scale_row[0]);
   float s[kFlashKeys / 8][4];
-  auto scores = [&](long long j0) {
+  auto load_mask = [&](long long j0) {
 #pragma unroll
-    for (int nt = 0; nt < kFlashKeys / 8; ++nt) {
-      s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
-      const T* kr = ks + (nt * 8 + g) * kPitch + 2 * t;
-#pragma unroll
-      for (int kk = 0; kk < D / 16; ++kk) Mma<T>::run(s[nt], qa[kk], load_pair(kr + kk * 16), load_pair(kr + kk * 16 + 8));
+    for (int nt = 0; nt < kFlashKeys / 8; ++nt)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const long long j = j0 + nt * 8 + 2 * t + (e & 1);
-        const int h = e >> 1;
-        s[nt][e] = j < keys ? __fadd_rn(__fmul_rn(to_float(from_float<T>(s[nt][e])), __ldg(scale_row[h] + j * scale_j)),
-                                        __ldg(mask_row[h] + j * mask_j))
-                            : LK_NEG_INF;
+        s[nt][e] = j < keys ? __ldg(mask_row[e >> 1] + j * mask_j) : LK_NEG_INF;
+      }
+  };
+  auto scores = [&](long long j0) {
+#pragma unroll
+    for (int nt = 0; nt < kFlashKeys / 8; ++nt) {
+      float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+      const T* kr = ks + (nt * 8 + g) * kPitch + 2 * t;
+#pragma unroll
+      for (int kk = 0; kk < D / 16; ++kk) Mma<T>::run(c, qa[kk], load_pair(kr + kk * 16), load_pair(kr + kk * 16 + 8));
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const long long j = j0 + nt * 8 + 2 * t + (e & 1);
+        const float sc = scalar_scale ? scale0 : __ldg(scale_row[e >> 1] + j * scale_j);
+        s[nt][e] = j < keys ? __fadd_rn(__fmul_rn(to_float(from_float<T>(c[e])), sc), s[nt][e]) : LK_NEG_INF;
       }
     }
   };
@@ -163,6 +184,7 @@ __device__ __forceinline__ void attention_flash(const T* __restrict__ q, const T
   // row's 64 scores of a tile between them (two columns each per 8-key slice).
   float mx[2] = {LK_NEG_INF, LK_NEG_INF}, sum[2] = {0.0f, 0.0f};
   for (long long j0 = 0; j0 < keys; j0 += kFlashKeys) {
+    load_mask(j0);
     __syncthreads();  // the tile before is read
     stage(j0, false);
     __syncthreads();
@@ -207,6 +229,7 @@ __device__ __forceinline__ void attention_flash(const T* __restrict__ q, const T
 #pragma unroll
   for (int dt = 0; dt < D / 8; ++dt) o[dt][0] = o[dt][1] = o[dt][2] = o[dt][3] = 0.0f;
   for (long long j0 = 0; j0 < keys; j0 += kFlashKeys) {
+    load_mask(j0);
     __syncthreads();
     stage(j0, true);
     __syncthreads();

@@ -102,11 +102,13 @@ std::optional<AttentionLayout> attention_layout(const ShapeTracker& view_q, cons
 
 AttentionMode attention_mode() {
   const char* env = std::getenv("LUMINAL_CUDA_ATTENTION");
-  if (!env || !*env) return AttentionMode::Prefill;
+  if (!env || !*env) return AttentionMode::Off;
   const std::string_view v(env);
-  LUMINAL_CHECK(v == "0" || v == "1",
-                "LUMINAL_CUDA_ATTENTION must be 0 (no attention op) or 1 (also seed decode steps), got '", env, "'");
-  return v == "0" ? AttentionMode::Off : AttentionMode::Everywhere;
+  LUMINAL_CHECK(v == "0" || v == "1" || v == "prefill",
+                "LUMINAL_CUDA_ATTENTION must be 0 (no attention op), prefill (seeding prefills) or 1 (seeding "
+                "decode steps too), got '",
+                env, "'");
+  return v == "0" ? AttentionMode::Off : v == "1" ? AttentionMode::Everywhere : AttentionMode::Prefill;
 }
 
 std::optional<double> attention_cost(std::span<const int64_t> shape) {

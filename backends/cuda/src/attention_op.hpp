@@ -36,9 +36,10 @@ std::optional<AttentionLayout> attention_layout(const ShapeTracker& view_q, cons
                                                 const ShapeTracker& view_v, const ShapeTracker& view_mask,
                                                 const ShapeTracker& view_scale);
 
-// LUMINAL_CUDA_ATTENTION: "0" leaves rules/cuda_attention.egg out (Off); unset, the op is
-// offered and seeds the search where it runs on tensor cores (Prefill); "1" also seeds a
-// decode step's (Everywhere). Anything else is an error naming the variable.
+// LUMINAL_CUDA_ATTENTION: unset or "0" leaves rules/cuda_attention.egg out (Off: the
+// default, until the op is measured faster in the models); "prefill" offers the op and
+// seeds the search with it where it runs on tensor cores (Prefill); "1" also seeds a decode
+// step's (Everywhere). Anything else is an error naming the variable.
 enum class AttentionMode { Off, Prefill, Everywhere };
 AttentionMode attention_mode();
 

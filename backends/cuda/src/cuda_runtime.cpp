@@ -37,8 +37,9 @@ std::vector<std::string> runtime_rule_files() {
   // 24); LUMINAL_CUDA_RESIDUAL_EPILOGUE=0 leaves them out, to measure them.
   const char* residual = std::getenv("LUMINAL_CUDA_RESIDUAL_EPILOGUE");
   if (!(residual && std::string_view(residual) == "0")) files.push_back(dir + "cuda_residual.egg");
-  // Attention as one kernel: on (a prefill's runs on tensor cores); LUMINAL_CUDA_ATTENTION=0
-  // leaves it out. It seeds a decode step's search only with =1 (attention_cost).
+  // Attention as one kernel: opt-in (LUMINAL_CUDA_ATTENTION=prefill or 1, attention_mode):
+  // in the 8B decode step it only tied the matmuls and the softmax (session 24), and its
+  // prefill kernel took 66 us a layer against their ~50 at first (session 26).
   if (attention_mode() != AttentionMode::Off) files.push_back(dir + "cuda_attention.egg");
   files.push_back(kernel::fusion_rule_file());
   return files;

@@ -184,13 +184,13 @@ TEST(CudaRuntimeNoGpu, AttentionRuleMatchesDecodeShapes) {
 // kernels/attention_flash.cu), never where it would take the decode kernel over a prefill's
 // rows (no tensor cores, every key read once per row: a cost of 1 scaled by its output
 // made it seed both, TTFT 15 -> 84 ms), and a decode step's only with
-// LUMINAL_CUDA_ATTENTION=1; with =0 no program has it.
+// LUMINAL_CUDA_ATTENTION=1 (=prefill: prefills only); unset or 0, no program has it.
 TEST(CudaRuntimeNoGpu, AttentionSeedsWhereItRunsFast) {
   struct Unset {
     ~Unset() { ::unsetenv("LUMINAL_CUDA_ATTENTION"); }
   } unset;
   const DimMap decode{{"p", 511}, {"s", 1}}, prefill{{"p", 0}, {"s", 512}};
-  for (const char* mode : {"1", "", "0"})
+  for (const char* mode : {"1", "prefill", "", "0"})
     for (int head_dim : {128, 96}) {
       ::setenv("LUMINAL_CUDA_ATTENTION", mode, 1);
       const std::string what = detail::concat("LUMINAL_CUDA_ATTENTION='", mode, "' head dim ", head_dim, ": ");
@@ -206,7 +206,7 @@ TEST(CudaRuntimeNoGpu, AttentionSeedsWhereItRunsFast) {
         EXPECT_TRUE(program.has_value());
         return program ? count_ops(program->program, "CudaAttention") : -1;
       };
-      const bool offered = std::string_view(mode) != "0";
+      const bool offered = std::string_view(mode) == "1" || std::string_view(mode) == "prefill";
       EXPECT_EQ(seeded(decode), offered && std::string_view(mode) == "1" ? 1 : 0) << what << "decode";
       EXPECT_EQ(seeded(prefill), offered && head_dim == 128 ? 1 : 0) << what << "a 512-token prefill";
       // Without the backend's cost, a prefill would be seeded with it wherever it is offered.

@@ -55,7 +55,7 @@ class CudaRuntime : public Runtime {
     return runtime_rule_stages(*this, options);
   }
   void register_primitives(egraph::EGraph& eg) const override { register_runtime_primitives(eg); }
-  // CudaAttention is a decode kernel (no tensor cores): it never seeds a prefill's search.
+  // CudaAttention seeds a prefill's search only where it runs on tensor cores (attention_cost).
   std::optional<double> backend_op_cost(std::string_view name, std::span<const int64_t> shape) const override {
     return runtime_backend_op_cost(name, shape);
   }
