@@ -14,8 +14,13 @@
 // unnormalised, rescaled accumulator would round differently). Only the order of the sums
 // and the sum's rescaling differ from the primitives.
 //
-// Every key is visited, masked or not: skipping a tile whose mask is all -inf would drop
-// the NaN that an infinite or NaN score there gives the whole row.
+// Masked tiles (a causal prefill's upper half) are skipped only where skipping cannot
+// change a bit: a warp skips q . k^T for 64 keys when all its 16 x 64 mask entries are -inf
+// and the scores there are provably finite (|q . k| <= depth * max|q| * max|k|, a scalar
+// finite scale), since -inf + a finite score is -inf, exactly what the mask holds; and the
+// product with v when every probability of the slice is +0 and v's slice is finite (0 *
+// inf would be NaN). An infinite or NaN q, k or v, or a score that could overflow, makes it
+// compute the tile as the primitives do.
 //
 // Takes (the runtime checks): T F16 or BF16, depth = width = D (64 or 128), q contiguous
 // along depth, k and v contiguous along depth and width, every offset and row stride a
@@ -58,6 +63,11 @@ template <> struct Mma<__half> {
   }
 };
 
+// Above this, twice the bound on |q . k| may round to an infinite T (F16: 65504).
+template <class T> struct ScoreLimit;
+template <> struct ScoreLimit<__half> { static constexpr float value = 60000.0f; };
+template <> struct ScoreLimit<__nv_bfloat16> { static constexpr float value = 1e37f; };
+
 // Two adjacent elements of T as one 32-bit register (the first in the low half).
 template <class T>
 __device__ __forceinline__ unsigned load_pair(const T* p) {
@@ -73,6 +83,26 @@ __device__ __forceinline__ unsigned load_column_pair(const T* p, int pitch) {
 
 __device__ __forceinline__ float flash_nan_max(float a, float b) { return (b != b || b > a) ? b : a; }
 
+// |x| with NaN as +inf, as bits: non-negative floats order as their bit patterns.
+__device__ __forceinline__ unsigned abs_bits(float x) {
+  const float a = fabsf(x);
+  return a != a ? 0x7f800000u : __float_as_uint(a);
+}
+template <class T>
+__device__ __forceinline__ unsigned max_abs_bits(const uint4& u) {
+  float f[Pack<T>::N];
+  Pack<T>::unpack(u, f);
+  unsigned m = 0;
+#pragma unroll
+  for (int i = 0; i < Pack<T>::N; ++i) m = max(m, abs_bits(f[i]));
+  return m;
+}
+template <class T>
+__device__ __forceinline__ unsigned pair_max_abs_bits(unsigned pair) {
+  const uint4 u = make_uint4(pair, 0, 0, 0);
+  return max_abs_bits<T>(u);
+}
+
 template <class T, int D>
 __device__ __forceinline__ void attention_flash(const T* __restrict__ q, const T* __restrict__ k,
                                                 const T* __restrict__ v, const float* __restrict__ mask,
@@ -84,6 +114,9 @@ __device__ __forceinline__ void attention_flash(const T* __restrict__ q, const T
   constexpr float kLog2e = 1.4426950408889634f;
   __shared__ __align__(16) T ks[kFlashKeys * kPitch];
   __shared__ __align__(16) T vs[kFlashKeys * kPitch];
+  // The largest |k| and |v| of the staged tile (as bits, NaN as inf), by tile parity: a slot
+  // is cleared a tile ahead, after every warp has read it.
+  __shared__ unsigned tile_max_k[2], tile_max_v[2];
 
   const long long batch = p[0], rows = p[1], seq = p[3], keys = p[4];
   const long long tiles = (rows + kFlashRows - 1) / kFlashRows;
@@ -120,6 +153,17 @@ __device__ __forceinline__ void attention_flash(const T* __restrict__ q, const T
         qa[kk][2 + h] = live[h] ? load_pair(qr + 8) : 0u;
       }
   }
+  // The warp's largest |q|, and the bound on |round(q . k)| below which a score is finite.
+  unsigned q_bits = 0;
+#pragma unroll
+  for (int kk = 0; kk < D / 16; ++kk)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) q_bits = max(q_bits, pair_max_abs_bits<T>(qa[kk][e]));
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) q_bits = max(q_bits, __shfl_xor_sync(0xffffffffu, q_bits, offset));
+  const float q_max = __uint_as_float(q_bits);
+  // Twice the exact bound covers the F32 sums' rounding and the rounding to T; F16 rounds
+  // to inf past 65504.
   const T* kb = k + p[11] + b * p[12];
   const T* vb = v + p[15] + b * p[16];
   const long long k_js = p[14], v_js = p[17];
@@ -127,7 +171,7 @@ __device__ __forceinline__ void attention_flash(const T* __restrict__ q, const T
   // Keys [j0, j0 + 64) of k (and v) into shared memory; keys past the end as zeros (a
   // probability of 0 times a zero, never times whatever lies past v).
   // All of a thread's loads of a tile are issued before its first store.
-  auto stage_one = [&](T* dst, const T* src, long long js, long long j0) {
+  auto stage_one = [&](T* dst, const T* src, long long js, long long j0, unsigned* tile_max) {
     constexpr int kPer = kFlashKeys * kChunks / (kFlashWarps * 32);
     uint4 chunk[kPer];
 #pragma unroll
@@ -135,16 +179,25 @@ __device__ __forceinline__ void attention_flash(const T* __restrict__ q, const T
       const int c = tid + u * kFlashWarps * 32, j = c / kChunks, d = (c % kChunks) * 8;
       chunk[u] = j0 + j < keys ? *reinterpret_cast<const uint4*>(src + (j0 + j) * js + d) : make_uint4(0, 0, 0, 0);
     }
+    unsigned m = 0;
 #pragma unroll
     for (int u = 0; u < kPer; ++u) {
       const int c = tid + u * kFlashWarps * 32, j = c / kChunks, d = (c % kChunks) * 8;
       *reinterpret_cast<uint4*>(dst + j * kPitch + d) = chunk[u];
+      m = max(m, max_abs_bits<T>(chunk[u]));
     }
+#pragma unroll
+    for (int offset = 16; offset > 0; offset >>= 1) m = max(m, __shfl_xor_sync(0xffffffffu, m, offset));
+    if (lane == 0) atomicMax(tile_max, m);
   };
-  auto stage = [&](long long j0, bool with_v) {
-    stage_one(ks, kb, k_js, j0);
-    if (with_v) stage_one(vs, vb, v_js, j0);
+  // Tile number `n` (counted over both passes) uses slot n % 2 and clears the other, which
+  // the tile before it used and every warp has read (the barrier before staging).
+  auto stage = [&](long long j0, bool with_v, int n) {
+    if (tid == 0) tile_max_k[(n + 1) & 1] = tile_max_v[(n + 1) & 1] = 0u;
+    stage_one(ks, kb, k_js, j0, &tile_max_k[n & 1]);
+    if (with_v) stage_one(vs, vb, v_js, j0, &tile_max_v[n & 1]);
   };
+  if (tid == 0) tile_max_k[0] = tile_max_v[0] = 0u;  // slot 0's first use (the first barrier orders it)
 
   // f for the tile's keys: s[nt][e] is row g + 8 (e / 2), key j0 + 8 nt + 2t + e % 2 (the
   // accumulator layout); keys past the end are -inf. In two steps, so that the mask's 32
@@ -164,7 +217,19 @@ __device__ __forceinline__ void attention_flash(const T* __restrict__ q, const T
         s[nt][e] = j < keys ? __ldg(mask_row[e >> 1] + j * mask_j) : LK_NEG_INF;
       }
   };
-  auto scores = [&](long long j0) {
+  // Whether the warp may leave the tile's scores at the mask (see the top of the file).
+  auto masked_tile = [&](int n) {
+    bool all_masked = true;
+#pragma unroll
+    for (int nt = 0; nt < kFlashKeys / 8; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) all_masked = all_masked && s[nt][e] == LK_NEG_INF;
+    if (!__all_sync(0xffffffffu, all_masked) || !scalar_scale) return false;
+    const float bound = 2.0f * D * q_max * __uint_as_float(tile_max_k[n & 1]);
+    return bound < ScoreLimit<T>::value && bound * fabsf(scale0) < 1e37f;
+  };
+  auto scores = [&](long long j0, int n) {
+    if (masked_tile(n)) return;
 #pragma unroll
     for (int nt = 0; nt < kFlashKeys / 8; ++nt) {
       float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
@@ -183,12 +248,13 @@ __device__ __forceinline__ void attention_flash(const T* __restrict__ q, const T
   // Pass 1: each row's maximum and sum of exponentials. The four threads of a quad hold a
   // row's 64 scores of a tile between them (two columns each per 8-key slice).
   float mx[2] = {LK_NEG_INF, LK_NEG_INF}, sum[2] = {0.0f, 0.0f};
-  for (long long j0 = 0; j0 < keys; j0 += kFlashKeys) {
+  int n = 0;  // tiles staged so far
+  for (long long j0 = 0; j0 < keys; j0 += kFlashKeys, ++n) {
     load_mask(j0);
     __syncthreads();  // the tile before is read
-    stage(j0, false);
+    stage(j0, false, n);
     __syncthreads();
-    scores(j0);
+    scores(j0, n);
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       float tile_max = LK_NEG_INF;
@@ -228,13 +294,14 @@ __device__ __forceinline__ void attention_flash(const T* __restrict__ q, const T
   float o[D / 8][4];
 #pragma unroll
   for (int dt = 0; dt < D / 8; ++dt) o[dt][0] = o[dt][1] = o[dt][2] = o[dt][3] = 0.0f;
-  for (long long j0 = 0; j0 < keys; j0 += kFlashKeys) {
+  for (long long j0 = 0; j0 < keys; j0 += kFlashKeys, ++n) {
     load_mask(j0);
     __syncthreads();
-    stage(j0, true);
+    stage(j0, true, n);
     __syncthreads();
-    scores(j0);
+    scores(j0, n);
     unsigned pa[kFlashKeys / 16][4];
+    bool all_zero = true;
 #pragma unroll
     for (int nt = 0; nt < kFlashKeys / 8; ++nt) {
       float pr[4];
@@ -245,7 +312,11 @@ __device__ __forceinline__ void attention_flash(const T* __restrict__ q, const T
       }
       pa[nt / 2][(nt & 1) * 2 + 0] = Mma<T>::pack(pr[0], pr[1]);
       pa[nt / 2][(nt & 1) * 2 + 1] = Mma<T>::pack(pr[2], pr[3]);
+      all_zero = all_zero && (pa[nt / 2][(nt & 1) * 2] | pa[nt / 2][(nt & 1) * 2 + 1]) == 0u;
     }
+    // Every probability +0 and v finite: the products are zeros, which change no sum (o
+    // starts at +0 and is never -0: zeros and exact cancellations add to +0).
+    if (__all_sync(0xffffffffu, all_zero) && tile_max_v[n & 1] < 0x7f800000u) continue;
 #pragma unroll
     for (int dt = 0; dt < D / 8; ++dt) {
       const T* vc = vs + 2 * t * kPitch + dt * 8 + g;
