@@ -2,7 +2,11 @@
 // reference, on the GPU; also the device-side length used inside CUDA graphs.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <string>
+#include <vector>
 
 #include "luminal_cuda/kernels.hpp"
 #include "test_util.hpp"
@@ -120,4 +124,103 @@ TEST_F(DecodeAttention, RejectsBadShapes) {
   args.cache.head_dim = 128;
   args.seq_len = 65;  // past the capacity
   EXPECT_THROW(launch_decode_attention(cache, args, buf.ptr(), buf.bytes(), 1, stream.get()), luminal::Error);
+}
+
+// The prefill kernel (attention_flash.cu) against the rows kernel (attention_rows.cu), both
+// the CudaAttention contract, on the same operands: a 512-token prompt of Llama-3-8B's
+// attention (8 kv heads, 4 query heads each, head dim 128; q, k, v as the runtime lays them
+// out), a causal mask of -inf (half the tiles skipped) and of -1e9 (none skipped: the mask
+// is finite), and a prompt of 100 tokens at head dim 64 with a per-element scale; BF16 and
+// F16. Prints each kernel's time (CUDA events, 20 launches): a measurement, not asserted.
+namespace {
+struct PrefillCase {
+  DType dtype;
+  int kv_heads, group, seq, depth;
+  bool infinite_mask, scalar_scale;
+};
+
+void run_prefill(Context& ctx, Stream& stream, ModuleCache& cache, const PrefillCase& c, uint32_t seed) {
+  SCOPED_TRACE(::testing::Message() << luminal::dtype_name(c.dtype) << " kvh=" << c.kv_heads << " g=" << c.group
+                                    << " seq=" << c.seq << " d=" << c.depth << " inf_mask=" << c.infinite_mask
+                                    << " scalar_scale=" << c.scalar_scale);
+  const int64_t rows = int64_t(c.group) * c.seq, keys = c.seq, d = c.depth, batch = c.kv_heads;
+  const HostData q = encode(c.dtype, random_values(size_t(batch * rows * d), seed, 1.0f));
+  const HostData k = encode(c.dtype, random_values(size_t(batch * keys * d), seed + 1, 1.0f));
+  const HostData v = encode(c.dtype, random_values(size_t(batch * keys * d), seed + 2, 1.0f));
+  std::vector<float> mask(size_t(c.seq * keys)), scale(c.scalar_scale ? 1 : size_t(c.seq * keys));
+  for (int i = 0; i < c.seq; ++i)
+    for (int64_t j = 0; j < keys; ++j) mask[size_t(i * keys + j)] = j <= i ? 0.0f : c.infinite_mask ? -INFINITY : -1e9f;
+  const std::vector<float> scales = random_values(scale.size(), seed + 3, 0.2f);
+  for (size_t e = 0; e < scale.size(); ++e) scale[e] = c.scalar_scale ? float(1.0 / std::sqrt(double(d))) : 0.1f + scales[e];
+  DeviceBuffer dq = to_device(q, stream.get()), dk = to_device(k, stream.get()), dv = to_device(v, stream.get());
+  DeviceBuffer dmask(mask.size() * 4), dscale(scale.size() * 4);
+  dmask.upload(mask, stream.get());
+  dscale.upload(scale, stream.get());
+  const int64_t ss = c.scalar_scale ? 0 : 1;  // the scale's strides: 0 everywhere, or the mask's
+  const std::vector<int64_t> params{batch, rows, c.group, c.seq, keys, d, d,
+                                    0, rows * d, d, 1,       // q [batch, rows, depth]
+                                    0, keys * d, 1, d,       // k [batch, keys, depth] read as depth x keys
+                                    0, keys * d, d, 1,       // v [batch, keys, width]
+                                    0, 0, 0, keys, 1,        // mask [seq, keys], broadcast over batch and group
+                                    0, 0, 0, keys * ss, ss};
+  ASSERT_EQ(params.size(), size_t(kAttentionRowsParams));
+  DeviceBuffer dparams(params.size() * 8);
+  dparams.upload(params, stream.get());
+  DeviceBuffer out_rows(size_t(batch * rows * d) * 2), out_flash(out_rows.bytes());
+  const int split = attention_rows_split(ctx.info().cc_major);
+  api::CUfunction rows_fn = cache.function(attention_rows_source(c.dtype, split), kAttentionRowsKernelName);
+  api::CUfunction flash_fn = cache.function(attention_flash_source(c.dtype, c.depth), kAttentionFlashKernelName);
+  auto launch = [&](bool flash) {
+    DevicePtr a[7] = {dq.ptr(), dk.ptr(), dv.ptr(), dmask.ptr(), dscale.ptr(), flash ? out_flash.ptr() : out_rows.ptr(),
+                      dparams.ptr()};
+    void* args[7] = {&a[0], &a[1], &a[2], &a[3], &a[4], &a[5], &a[6]};
+    if (flash)
+      launch_kernel(flash_fn, unsigned(batch * ((rows + kAttentionFlashRows - 1) / kAttentionFlashRows)), 1, 1,
+                    kAttentionFlashThreads, 0, stream.get(), args);
+    else
+      launch_kernel(rows_fn, unsigned(batch * rows * split), 1, 1, kAttentionRowsThreads, 0, stream.get(), args);
+  };
+  double us[2];
+  for (int flash = 0; flash < 2; ++flash) {
+    launch(flash);
+    Event start, end;
+    start.record(stream.get());
+    constexpr int kRuns = 20;
+    for (int r = 0; r < kRuns; ++r) launch(flash);
+    end.record(stream.get());
+    end.synchronize();
+    us[flash] = Event::elapsed_ms(start, end) * 1000.0 / kRuns;
+  }
+  const std::vector<double> want = from_device(out_rows, c.dtype, stream.get());
+  const std::vector<double> got = from_device(out_flash, c.dtype, stream.get());
+  int bad = 0;
+  double worst = 0;
+  for (size_t e = 0; e < want.size(); ++e) {
+    const double diff = std::fabs(got[e] - want[e]);
+    worst = std::max(worst, diff / (1.0 + std::fabs(want[e])));
+    // Two roundings to the dtype apart at most (the probabilities, then the result).
+    if (!(diff <= 2 * tolerance(c.dtype) * (1.0 + std::fabs(want[e]))) && bad++ < 5)
+      ADD_FAILURE() << "out[" << e << "] = " << got[e] << ", rows kernel " << want[e];
+  }
+  EXPECT_EQ(bad, 0);
+  std::printf("prefill attention %s kv %d x %lld rows x %lld keys, d %lld%s: rows kernel %.1f us, tensor cores %.1f us "
+              "(%.2fx), max rel diff %.3g\n",
+              std::string(luminal::dtype_name(c.dtype)).c_str(), c.kv_heads, static_cast<long long>(rows), static_cast<long long>(keys),
+              static_cast<long long>(d), c.infinite_mask ? ", -inf mask" : ", -1e9 mask", us[0], us[1], us[0] / us[1],
+              worst);
+}
+}  // namespace
+
+TEST(AttentionFlash, MatchesTheRowsKernelOnAPrefill) {
+  LUMINAL_REQUIRE_GPU();
+  Context ctx;
+  if (ctx.info().cc_major < 8) GTEST_SKIP() << "skipped: the tensor-core kernel needs sm_80";
+  Stream stream;
+  ModuleCache cache(ctx.info().arch());
+  uint32_t seed = 40;
+  run_prefill(ctx, stream, cache, {DType::BF16, 8, 4, 512, 128, true, true}, seed += 10);
+  run_prefill(ctx, stream, cache, {DType::BF16, 8, 4, 512, 128, false, true}, seed += 10);
+  run_prefill(ctx, stream, cache, {DType::F16, 8, 4, 512, 128, true, true}, seed += 10);
+  run_prefill(ctx, stream, cache, {DType::BF16, 2, 3, 100, 64, true, false}, seed += 10);
+  run_prefill(ctx, stream, cache, {DType::F16, 3, 1, 77, 64, false, false}, seed += 10);
 }
