@@ -81,6 +81,28 @@ __device__ __forceinline__ unsigned load_column_pair(const T* p, int pitch) {
   return lo | (hi << 16);
 }
 
+// 16 bytes global -> shared without registers (sm_80 cp.async); `in` false zero-fills.
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool in) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(s), "l"(src), "r"(in ? 16 : 0) : "memory");
+#else
+  __trap();
+#endif
+}
+__device__ __forceinline__ void cp_async_commit() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.commit_group;" ::: "memory");
+#endif
+}
+// Until at most `pending` of this thread's committed groups are still in flight.
+template <int pending>
+__device__ __forceinline__ void cp_async_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.wait_group %0;" ::"n"(pending) : "memory");
+#endif
+}
+
 __device__ __forceinline__ float flash_nan_max(float a, float b) { return (b != b || b > a) ? b : a; }
 
 // |x| with NaN as +inf, as bits: non-negative floats order as their bit patterns.
@@ -114,9 +136,9 @@ __device__ __forceinline__ void attention_flash(const T* __restrict__ q, const T
   constexpr float kLog2e = 1.4426950408889634f;
   __shared__ __align__(16) T ks[kFlashKeys * kPitch];
   __shared__ __align__(16) T vs[kFlashKeys * kPitch];
-  // The largest |k| and |v| of the staged tile (as bits, NaN as inf), by tile parity: a slot
-  // is cleared a tile ahead, after every warp has read it.
-  __shared__ unsigned tile_max_k[2], tile_max_v[2];
+  // The largest |k| and |v| of a staged tile (as bits, NaN as inf), in three slots by tile
+  // (clear_ahead below).
+  __shared__ unsigned tile_max_k[3], tile_max_v[3];
 
   const long long batch = p[0], rows = p[1], seq = p[3], keys = p[4];
   const long long tiles = (rows + kFlashRows - 1) / kFlashRows;
@@ -168,36 +190,47 @@ __device__ __forceinline__ void attention_flash(const T* __restrict__ q, const T
   const T* vb = v + p[15] + b * p[16];
   const long long k_js = p[14], v_js = p[17];
 
-  // Keys [j0, j0 + 64) of k (and v) into shared memory; keys past the end as zeros (a
-  // probability of 0 times a zero, never times whatever lies past v).
-  // All of a thread's loads of a tile are issued before its first store.
-  auto stage_one = [&](T* dst, const T* src, long long js, long long j0, unsigned* tile_max) {
-    constexpr int kPer = kFlashKeys * kChunks / (kFlashWarps * 32);
-    uint4 chunk[kPer];
+  // Keys [j0, j0 + 64) of k or v into shared memory with cp.async (no registers held; the
+  // copy runs while the warps compute), keys past the end zero-filled (a probability of 0
+  // times a zero, never times whatever lies past v). Pass 1 alternates k between the two
+  // buffers (the next tile lands while this one's scores are computed); pass 2 keeps k in
+  // one and v in the other, the next k landing during p . v and the next v during the
+  // scores.
+  // Thread tid copies keys first_key + u * kKeyStep, u < kPer, at depth chunk_d.
+  constexpr int kPer = kFlashKeys * kChunks / (kFlashWarps * 32);  // 16-byte chunks per thread
+  constexpr int kKeyStep = kFlashWarps * 32 / kChunks;
+  static_assert(kFlashWarps * 32 % kChunks == 0, "a thread's chunks share their depth offset");
+  const int first_key = tid / kChunks, chunk_d = (tid % kChunks) * 8;
+  auto issue = [&](T* dst, const T* src, long long js, long long j0) {
+    const T* from = src + (j0 + first_key) * js + chunk_d;
+    T* to = dst + first_key * kPitch + chunk_d;
 #pragma unroll
     for (int u = 0; u < kPer; ++u) {
-      const int c = tid + u * kFlashWarps * 32, j = c / kChunks, d = (c % kChunks) * 8;
-      chunk[u] = j0 + j < keys ? *reinterpret_cast<const uint4*>(src + (j0 + j) * js + d) : make_uint4(0, 0, 0, 0);
+      const bool in = j0 + first_key + u * kKeyStep < keys;
+      cp_async16(to + u * kKeyStep * kPitch, in ? from : src, in);
+      from += kKeyStep * js;
     }
+    cp_async_commit();
+  };
+  // After this thread's copies have landed: the largest |x| of its chunks into `slot` (the
+  // barrier that follows makes the slot and every thread's chunks visible).
+  auto gather_max = [&](const T* buf, unsigned* slot) {
     unsigned m = 0;
 #pragma unroll
-    for (int u = 0; u < kPer; ++u) {
-      const int c = tid + u * kFlashWarps * 32, j = c / kChunks, d = (c % kChunks) * 8;
-      *reinterpret_cast<uint4*>(dst + j * kPitch + d) = chunk[u];
-      m = max(m, max_abs_bits<T>(chunk[u]));
-    }
+    for (int u = 0; u < kPer; ++u)
+      m = max(m, max_abs_bits<T>(*reinterpret_cast<const uint4*>(buf + (first_key + u * kKeyStep) * kPitch + chunk_d)));
 #pragma unroll
     for (int offset = 16; offset > 0; offset >>= 1) m = max(m, __shfl_xor_sync(0xffffffffu, m, offset));
-    if (lane == 0) atomicMax(tile_max, m);
+    if (lane == 0) atomicMax(slot, m);
   };
-  // Tile number `n` (counted over both passes) uses slot n % 2 and clears the other, which
-  // the tile before it used and every warp has read (the barrier before staging).
-  auto stage = [&](long long j0, bool with_v, int n) {
-    if (tid == 0) tile_max_k[(n + 1) & 1] = tile_max_v[(n + 1) & 1] = 0u;
-    stage_one(ks, kb, k_js, j0, &tile_max_k[n & 1]);
-    if (with_v) stage_one(vs, vb, v_js, j0, &tile_max_v[n & 1]);
+  // Tile n (counted over both passes) gathers into slot n % 3 and, after its barrier, clears
+  // slot (n + 2) % 3: read last by tile n - 1 (before this barrier), gathered into next by
+  // tile n + 2 (after the next one).
+  auto clear_ahead = [&](int n) {
+    if (tid == 0) tile_max_k[(n + 2) % 3] = tile_max_v[(n + 2) % 3] = 0u;
   };
-  if (tid == 0) tile_max_k[0] = tile_max_v[0] = 0u;  // slot 0's first use (the first barrier orders it)
+  if (tid == 0) tile_max_k[0] = tile_max_k[1] = tile_max_v[0] = tile_max_v[1] = 0u;
+  __syncthreads();  // before any thread gathers into them
 
   // f for the tile's keys: s[nt][e] is row g + 8 (e / 2), key j0 + 8 nt + 2t + e % 2 (the
   // accumulator layout); keys past the end are -inf. In two steps, so that the mask's 32
@@ -225,15 +258,15 @@ __device__ __forceinline__ void attention_flash(const T* __restrict__ q, const T
 #pragma unroll
       for (int e = 0; e < 4; ++e) all_masked = all_masked && s[nt][e] == LK_NEG_INF;
     if (!__all_sync(0xffffffffu, all_masked) || !scalar_scale) return false;
-    const float bound = 2.0f * D * q_max * __uint_as_float(tile_max_k[n & 1]);
+    const float bound = 2.0f * D * q_max * __uint_as_float(tile_max_k[n % 3]);
     return bound < ScoreLimit<T>::value && bound * fabsf(scale0) < 1e37f;
   };
-  auto scores = [&](long long j0, int n) {
+  auto scores = [&](const T* kbuf, long long j0, int n) {
     if (masked_tile(n)) return;
 #pragma unroll
     for (int nt = 0; nt < kFlashKeys / 8; ++nt) {
       float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-      const T* kr = ks + (nt * 8 + g) * kPitch + 2 * t;
+      const T* kr = kbuf + (nt * 8 + g) * kPitch + 2 * t;
 #pragma unroll
       for (int kk = 0; kk < D / 16; ++kk) Mma<T>::run(c, qa[kk], load_pair(kr + kk * 16), load_pair(kr + kk * 16 + 8));
 #pragma unroll
@@ -248,13 +281,18 @@ __device__ __forceinline__ void attention_flash(const T* __restrict__ q, const T
   // Pass 1: each row's maximum and sum of exponentials. The four threads of a quad hold a
   // row's 64 scores of a tile between them (two columns each per 8-key slice).
   float mx[2] = {LK_NEG_INF, LK_NEG_INF}, sum[2] = {0.0f, 0.0f};
-  int n = 0;  // tiles staged so far
+  int n = 0;  // tiles so far, both passes
+  issue(ks, kb, k_js, 0);
   for (long long j0 = 0; j0 < keys; j0 += kFlashKeys, ++n) {
     load_mask(j0);
-    __syncthreads();  // the tile before is read
-    stage(j0, false, n);
-    __syncthreads();
-    scores(j0, n);
+    T* const cur = (n & 1) ? vs : ks;
+    T* const other = (n & 1) ? ks : vs;
+    cp_async_wait<0>();
+    gather_max(cur, &tile_max_k[n % 3]);
+    __syncthreads();  // the tile is in; every warp is done with the buffer the next one fills
+    clear_ahead(n);
+    if (j0 + kFlashKeys < keys) issue(other, kb, k_js, j0 + kFlashKeys);
+    scores(cur, j0, n);
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       float tile_max = LK_NEG_INF;
@@ -294,12 +332,23 @@ __device__ __forceinline__ void attention_flash(const T* __restrict__ q, const T
   float o[D / 8][4];
 #pragma unroll
   for (int dt = 0; dt < D / 8; ++dt) o[dt][0] = o[dt][1] = o[dt][2] = o[dt][3] = 0.0f;
+  __syncthreads();  // every warp is done with pass 1's buffers
+  issue(ks, kb, k_js, 0);
+  issue(vs, vb, v_js, 0);
   for (long long j0 = 0; j0 < keys; j0 += kFlashKeys, ++n) {
+    const bool next = j0 + kFlashKeys < keys;
     load_mask(j0);
+    cp_async_wait<1>();  // k (v may still be in flight)
+    gather_max(ks, &tile_max_k[n % 3]);
     __syncthreads();
-    stage(j0, true, n);
+    clear_ahead(n);
+    scores(ks, j0, n);
+    __syncthreads();  // every warp is done with k
+    if (next) issue(ks, kb, k_js, j0 + kFlashKeys);
+    if (next) cp_async_wait<1>();  // v (the next k may still be in flight)
+    else cp_async_wait<0>();
+    gather_max(vs, &tile_max_v[n % 3]);
     __syncthreads();
-    scores(j0, n);
     unsigned pa[kFlashKeys / 16][4];
     bool all_zero = true;
 #pragma unroll
@@ -316,15 +365,18 @@ __device__ __forceinline__ void attention_flash(const T* __restrict__ q, const T
     }
     // Every probability +0 and v finite: the products are zeros, which change no sum (o
     // starts at +0 and is never -0: zeros and exact cancellations add to +0).
-    if (__all_sync(0xffffffffu, all_zero) && tile_max_v[n & 1] < 0x7f800000u) continue;
+    if (!__all_sync(0xffffffffu, all_zero) || tile_max_v[n % 3] >= 0x7f800000u) {
 #pragma unroll
-    for (int dt = 0; dt < D / 8; ++dt) {
-      const T* vc = vs + 2 * t * kPitch + dt * 8 + g;
+      for (int dt = 0; dt < D / 8; ++dt) {
+        const T* vc = vs + 2 * t * kPitch + dt * 8 + g;
 #pragma unroll
-      for (int kk = 0; kk < kFlashKeys / 16; ++kk)
-        Mma<T>::run(o[dt], pa[kk], load_column_pair(vc + kk * 16 * kPitch, kPitch),
-                    load_column_pair(vc + (kk * 16 + 8) * kPitch, kPitch));
+        for (int kk = 0; kk < kFlashKeys / 16; ++kk)
+          Mma<T>::run(o[dt], pa[kk], load_column_pair(vc + kk * 16 * kPitch, kPitch),
+                      load_column_pair(vc + (kk * 16 + 8) * kPitch, kPitch));
+      }
     }
+    __syncthreads();  // every warp is done with v
+    if (next) issue(vs, vb, v_js, j0 + kFlashKeys);
   }
 
   // out[b, r, dt * 8 + 2t ..]: two adjacent columns per register pair.
