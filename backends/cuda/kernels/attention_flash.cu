@@ -68,17 +68,31 @@ template <class T> struct ScoreLimit;
 template <> struct ScoreLimit<__half> { static constexpr float value = 60000.0f; };
 template <> struct ScoreLimit<__nv_bfloat16> { static constexpr float value = 1e37f; };
 
+// Four 8 x 8 matrices of 16-bit elements from shared memory (sm_75 ldmatrix): lanes 8i to
+// 8i + 7 give the addresses of matrix i's rows (16 bytes each); lane l receives, in r[i],
+// row l / 4, columns 2 (l % 4) and + 1 of matrix i (with Trans, of its transpose): an mma
+// operand register.
+template <bool Trans>
+__device__ __forceinline__ void load_matrices(unsigned (&r)[4], const void* row) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(row));
+  if constexpr (Trans)
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(a));
+  else
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(a));
+#else
+  __trap();
+#endif
+}
+
 // Two adjacent elements of T as one 32-bit register (the first in the low half).
 template <class T>
 __device__ __forceinline__ unsigned load_pair(const T* p) {
   return *reinterpret_cast<const unsigned*>(p);
-}
-// Two elements of T a row apart (a column of v, for the B operand of p . v).
-template <class T>
-__device__ __forceinline__ unsigned load_column_pair(const T* p, int pitch) {
-  const unsigned lo = *reinterpret_cast<const unsigned short*>(p);
-  const unsigned hi = *reinterpret_cast<const unsigned short*>(p + pitch);
-  return lo | (hi << 16);
 }
 
 // 16 bytes global -> shared without registers (sm_80 cp.async); `in` false zero-fills.
@@ -266,9 +280,16 @@ __device__ __forceinline__ void attention_flash(const T* __restrict__ q, const T
 #pragma unroll
     for (int nt = 0; nt < kFlashKeys / 8; ++nt) {
       float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-      const T* kr = kbuf + (nt * 8 + g) * kPitch + 2 * t;
+      // Matrix i of a load: keys nt * 8 .., depth 16 kk + 8 i ..: the B registers of two
+      // depth steps.
+      const T* kr = kbuf + (nt * 8 + (lane & 7)) * kPitch + (lane >> 3) * 8;
 #pragma unroll
-      for (int kk = 0; kk < D / 16; ++kk) Mma<T>::run(c, qa[kk], load_pair(kr + kk * 16), load_pair(kr + kk * 16 + 8));
+      for (int kk = 0; kk < D / 16; kk += 2) {
+        unsigned b[4];
+        load_matrices<false>(b, kr + kk * 16);
+        Mma<T>::run(c, qa[kk], b[0], b[1]);
+        Mma<T>::run(c, qa[kk + 1], b[2], b[3]);
+      }
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const long long j = j0 + nt * 8 + 2 * t + (e & 1);
@@ -366,14 +387,18 @@ __device__ __forceinline__ void attention_flash(const T* __restrict__ q, const T
     // Every probability +0 and v finite: the products are zeros, which change no sum (o
     // starts at +0 and is never -0: zeros and exact cancellations add to +0).
     if (!__all_sync(0xffffffffu, all_zero) || tile_max_v[n % 3] >= 0x7f800000u) {
+      // Matrix i of a load, transposed: keys 16 kk + 8 (i % 2) .., columns 8 (dt + i / 2) ..:
+      // the B registers of two 8-column slices.
+      const T* vr = vs + (((lane >> 3) & 1) * 8 + (lane & 7)) * kPitch + (lane >> 4) * 8;
 #pragma unroll
-      for (int dt = 0; dt < D / 8; ++dt) {
-        const T* vc = vs + 2 * t * kPitch + dt * 8 + g;
+      for (int dt = 0; dt < D / 8; dt += 2)
 #pragma unroll
-        for (int kk = 0; kk < kFlashKeys / 16; ++kk)
-          Mma<T>::run(o[dt], pa[kk], load_column_pair(vc + kk * 16 * kPitch, kPitch),
-                      load_column_pair(vc + (kk * 16 + 8) * kPitch, kPitch));
-      }
+        for (int kk = 0; kk < kFlashKeys / 16; ++kk) {
+          unsigned b[4];
+          load_matrices<true>(b, vr + kk * 16 * kPitch + dt * 8);
+          Mma<T>::run(o[dt], pa[kk], b[0], b[1]);
+          Mma<T>::run(o[dt + 1], pa[kk], b[2], b[3]);
+        }
     }
     __syncthreads();  // every warp is done with v
     if (next) issue(vs, vb, v_js, j0 + kFlashKeys);
