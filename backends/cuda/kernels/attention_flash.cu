@@ -31,35 +31,30 @@ constexpr int kFlashWarps = 4;
 constexpr int kFlashRows = 16 * kFlashWarps;  // query rows per block
 constexpr int kFlashKeys = 64;                // keys per tile
 
-template <class T> struct Mma;
-template <> struct Mma<__nv_bfloat16> {
+template <class T> struct IsBf16 { static constexpr bool value = false; };
+template <> struct IsBf16<__nv_bfloat16> { static constexpr bool value = true; };
+
+// c += a b, one m16n8k16 tensor-core step with F32 accumulators (sm_80 mma.sync).
+template <class T> struct Mma {
   static __device__ __forceinline__ void run(float (&c)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#define LK_MMA_M16N8K16(TYPE)                                                                                \
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32." TYPE "." TYPE ".f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, " \
+               "{%8,%9}, {%0,%1,%2,%3};"                                                                     \
+               : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])                                               \
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1))
+    if constexpr (IsBf16<T>::value) LK_MMA_M16N8K16("bf16");
+    else LK_MMA_M16N8K16("f16");
+#undef LK_MMA_M16N8K16
 #else
     __trap();
 #endif
   }
+  // Two floats rounded to T in one register, the first in the low half.
   static __device__ __forceinline__ unsigned pack(float lo, float hi) {
-    const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
-    return *reinterpret_cast<const unsigned*>(&h);
-  }
-};
-template <> struct Mma<__half> {
-  static __device__ __forceinline__ void run(float (&c)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-#else
-    __trap();
-#endif
-  }
-  static __device__ __forceinline__ unsigned pack(float lo, float hi) {
-    const __half2 h = __floats2half2_rn(lo, hi);
-    return *reinterpret_cast<const unsigned*>(&h);
+    const T l = from_float<T>(lo), h = from_float<T>(hi);
+    return unsigned(*reinterpret_cast<const unsigned short*>(&l)) |
+           (unsigned(*reinterpret_cast<const unsigned short*>(&h)) << 16);
   }
 };
 
