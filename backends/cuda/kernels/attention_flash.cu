@@ -112,8 +112,6 @@ __device__ __forceinline__ void cp_async_wait() {
 #endif
 }
 
-__device__ __forceinline__ float flash_nan_max(float a, float b) { return (b != b || b > a) ? b : a; }
-
 // |x| with NaN as +inf, as bits: non-negative floats order as their bit patterns.
 __device__ __forceinline__ unsigned abs_bits(float x) {
   const float a = fabsf(x);
@@ -184,7 +182,7 @@ __device__ __forceinline__ void attention_flash(const T* __restrict__ q, const T
         qa[kk][2 + h] = live[h] ? load_pair(qr + 8) : 0u;
       }
   }
-  // The warp's largest |q|, and the bound on |round(q . k)| below which a score is finite.
+  // The warp's largest |q| (NaN as inf), for the bound on the scores of masked tiles.
   unsigned q_bits = 0;
 #pragma unroll
   for (int kk = 0; kk < D / 16; ++kk)
@@ -193,8 +191,6 @@ __device__ __forceinline__ void attention_flash(const T* __restrict__ q, const T
 #pragma unroll
   for (int offset = 16; offset > 0; offset >>= 1) q_bits = max(q_bits, __shfl_xor_sync(0xffffffffu, q_bits, offset));
   const float q_max = __uint_as_float(q_bits);
-  // Twice the exact bound covers the F32 sums' rounding and the rounding to T; F16 rounds
-  // to inf past 65504.
   const T* kb = k + p[11] + b * p[12];
   const T* vb = v + p[15] + b * p[16];
   const long long k_js = p[14], v_js = p[17];
@@ -267,6 +263,8 @@ __device__ __forceinline__ void attention_flash(const T* __restrict__ q, const T
 #pragma unroll
       for (int e = 0; e < 4; ++e) all_masked = all_masked && s[nt][e] == LK_NEG_INF;
     if (!__all_sync(0xffffffffu, all_masked) || !scalar_scale) return false;
+    // |q . k| <= D max|q| max|k|; twice that covers the F32 sums' rounding and the rounding
+    // to T (ScoreLimit: F16 rounds to inf past 65504).
     const float bound = 2.0f * D * q_max * __uint_as_float(tile_max_k[n % 3]);
     return bound < ScoreLimit<T>::value && bound * fabsf(scale0) < 1e37f;
   };
@@ -314,10 +312,10 @@ __device__ __forceinline__ void attention_flash(const T* __restrict__ q, const T
       float tile_max = LK_NEG_INF;
 #pragma unroll
       for (int nt = 0; nt < kFlashKeys / 8; ++nt)
-        tile_max = flash_nan_max(flash_nan_max(tile_max, s[nt][2 * h]), s[nt][2 * h + 1]);
-      tile_max = flash_nan_max(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 1));
-      tile_max = flash_nan_max(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 2));
-      const float m = flash_nan_max(mx[h], tile_max);
+        tile_max = nan_max(nan_max(tile_max, s[nt][2 * h]), s[nt][2 * h + 1]);
+      tile_max = nan_max(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 1));
+      tile_max = nan_max(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 2));
+      const float m = nan_max(mx[h], tile_max);
       // A tile of -inf under a maximum of -inf adds nothing (its exponentials would be NaN:
       // -inf + inf); a row of -inf alone comes out NaN in pass 2, as the primitives give.
       // No branch around the shuffles: a quad agrees, a warp need not.

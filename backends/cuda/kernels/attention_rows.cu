@@ -36,8 +36,6 @@ constexpr int kAttnRowsThreads = 256;
 constexpr int kAttnRowsMaxDepth = 256;
 constexpr int kAttnRowsCachedKeys = 2048;
 
-__device__ __forceinline__ float nan_max(float a, float b) { return (b != b || b > a) ? b : a; }
-
 __device__ __forceinline__ float block_nan_max(float v, float* scratch) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
 #pragma unroll

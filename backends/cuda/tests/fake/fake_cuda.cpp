@@ -435,7 +435,7 @@ void host_small_matmul(Kind k, const CUdeviceptr* p, unsigned grid) {
 // maximum NaN-propagating, exp2 of (s - max) * log2 e), the probabilities rounded to the
 // dtype, their product with v rounded; every product rounded before it is added.
 // The CudaAttention contract (kernels/attention_rows.cu); a block takes `rows_per_block`
-// consecutive rows of one batch: 1 for attention_rows.cu, kFlashRows for attention_flash.cu,
+// consecutive rows of one batch: 1 for attention_rows.cu, 64 (kAttentionFlashRows) for attention_flash.cu,
 // whose layout limits are checked here (the runtime must never launch it on others).
 void host_attention_rows(Kind k, const CUdeviceptr* p, unsigned grid, long long rows_per_block) {
   std::lock_guard lock(big_lock());
