@@ -258,12 +258,16 @@ int main(int, char** argv) {
   }
   // The peer is OpenBLAS as users call it: its own threads, as many as the pool's.
   openblas_set_num_threads(ThreadPool::global().num_threads());
-  sgemm_case(1024, false, 21);
-  sgemm_case(1024, true, 11);
-  gemv_case(4096, 4096, DType::F32, 31);
-  gemv_case(4096, 4096, DType::BF16, 31);
-  packed_bf16_case(128, 2816, 1024, 21);  // the Llama block's gate/up shape at a 128-token prompt
-  sibling_group_case("gemm_group_qkv_128x1024", 128, 1024, {1024, 256, 256}, 41);
-  sibling_group_case("gemm_group_gate_up_128x1024", 128, 1024, {2816, 2816}, 21);
+  // An argument keeps the cases whose names start with it (`suite_cpu_gemm gemv`).
+  const std::string only = argv[1] ? argv[1] : "";
+  auto wanted = [&](const char* name) { return std::strncmp(name, only.c_str(), only.size()) == 0; };
+  if (wanted("sgemm_1024")) sgemm_case(1024, false, 21);
+  if (wanted("sgemm_1024_bt")) sgemm_case(1024, true, 11);
+  if (wanted("gemv_4096x4096_F32")) gemv_case(4096, 4096, DType::F32, 31);
+  if (wanted("gemv_4096x4096_BF16")) gemv_case(4096, 4096, DType::BF16, 31);
+  // the Llama block's gate/up shape at a 128-token prompt
+  if (wanted("gemm_packed_bf16")) packed_bf16_case(128, 2816, 1024, 21);
+  if (wanted("gemm_group_qkv")) sibling_group_case("gemm_group_qkv_128x1024", 128, 1024, {1024, 256, 256}, 41);
+  if (wanted("gemm_group_gate_up")) sibling_group_case("gemm_group_gate_up_128x1024", 128, 1024, {2816, 2816}, 21);
   return 0;
 }
