@@ -37,7 +37,9 @@ template <> struct IsBf16<__nv_bfloat16> { static constexpr bool value = true; }
 // c += a b, one m16n8k16 tensor-core step with F32 accumulators (sm_80 mma.sync).
 template <class T> struct Mma {
   static __device__ __forceinline__ void run(float (&c)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+#if defined(LK_FLASH_PROBE_NO_MMA)  // the probe's measure of everything but the tensor cores
+    c[0] += __uint_as_float(a[0] ^ b0) * 0.0f;
+#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
 #define LK_MMA_M16N8K16(TYPE)                                                                                \
   asm volatile("mma.sync.aligned.m16n8k16.row.col.f32." TYPE "." TYPE ".f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, " \
                "{%8,%9}, {%0,%1,%2,%3};"                                                                     \
@@ -112,24 +114,24 @@ __device__ __forceinline__ void cp_async_wait() {
 #endif
 }
 
-// |x| with NaN as +inf, as bits: non-negative floats order as their bit patterns.
-__device__ __forceinline__ unsigned abs_bits(float x) {
-  const float a = fabsf(x);
-  return a != a ? 0x7f800000u : __float_as_uint(a);
+// The largest |x| among 16-bit floats (F16 and BF16 alike), as magnitude bits: both formats
+// order non-negative values as their bit patterns, an infinity above every finite value and
+// NaN above an infinity. Two lanes of 16 bits per instruction.
+__device__ __forceinline__ unsigned pair_magnitude(unsigned pair) { return pair & 0x7fff7fffu; }
+__device__ __forceinline__ unsigned max_magnitude(const uint4& u) {
+  return __vmaxu2(__vmaxu2(pair_magnitude(u.x), pair_magnitude(u.y)), __vmaxu2(pair_magnitude(u.z), pair_magnitude(u.w)));
 }
+__device__ __forceinline__ unsigned fold_magnitude(unsigned pairs) { return max(pairs & 0xffffu, pairs >> 16); }
+// Magnitude bits of an infinity; NaN lies above.
+template <class T> struct InfMagnitude;
+template <> struct InfMagnitude<__half> { static constexpr unsigned value = 0x7c00u; };
+template <> struct InfMagnitude<__nv_bfloat16> { static constexpr unsigned value = 0x7f80u; };
+// Magnitude bits as a float, +inf for an infinity or NaN.
 template <class T>
-__device__ __forceinline__ unsigned max_abs_bits(const uint4& u) {
-  float f[Pack<T>::N];
-  Pack<T>::unpack(u, f);
-  unsigned m = 0;
-#pragma unroll
-  for (int i = 0; i < Pack<T>::N; ++i) m = max(m, abs_bits(f[i]));
-  return m;
-}
-template <class T>
-__device__ __forceinline__ unsigned pair_max_abs_bits(unsigned pair) {
-  const uint4 u = make_uint4(pair, 0, 0, 0);
-  return max_abs_bits<T>(u);
+__device__ __forceinline__ float magnitude_value(unsigned bits) {
+  if (bits >= InfMagnitude<T>::value) return __int_as_float(0x7f800000);
+  if constexpr (IsBf16<T>::value) return __uint_as_float(bits << 16);
+  else return __half2float(__ushort_as_half(static_cast<unsigned short>(bits)));
 }
 
 template <class T, int D>
@@ -187,10 +189,11 @@ __device__ __forceinline__ void attention_flash(const T* __restrict__ q, const T
 #pragma unroll
   for (int kk = 0; kk < D / 16; ++kk)
 #pragma unroll
-    for (int e = 0; e < 4; ++e) q_bits = max(q_bits, pair_max_abs_bits<T>(qa[kk][e]));
+    for (int e = 0; e < 4; ++e) q_bits = __vmaxu2(q_bits, pair_magnitude(qa[kk][e]));
+  q_bits = fold_magnitude(q_bits);
 #pragma unroll
   for (int offset = 16; offset > 0; offset >>= 1) q_bits = max(q_bits, __shfl_xor_sync(0xffffffffu, q_bits, offset));
-  const float q_max = __uint_as_float(q_bits);
+  const float q_max = magnitude_value<T>(q_bits);
   const T* kb = k + p[11] + b * p[12];
   const T* vb = v + p[15] + b * p[16];
   const long long k_js = p[14], v_js = p[17];
@@ -217,20 +220,22 @@ __device__ __forceinline__ void attention_flash(const T* __restrict__ q, const T
     }
     cp_async_commit();
   };
-  // After this thread's copies have landed: the largest |x| of its chunks into `slot` (the
-  // barrier that follows makes the slot and every thread's chunks visible).
+  // The largest |x| of a staged tile (magnitude bits) into `slot`, by every thread over the
+  // chunks it copied, once they have landed; a barrier must follow before it is read. Only
+  // a tile that some warp may skip needs it: the block decides that with the barrier before.
   auto gather_max = [&](const T* buf, unsigned* slot) {
     unsigned m = 0;
 #pragma unroll
     for (int u = 0; u < kPer; ++u)
-      m = max(m, max_abs_bits<T>(*reinterpret_cast<const uint4*>(buf + (first_key + u * kKeyStep) * kPitch + chunk_d)));
+      m = __vmaxu2(m, max_magnitude(*reinterpret_cast<const uint4*>(buf + (first_key + u * kKeyStep) * kPitch + chunk_d)));
+    m = fold_magnitude(m);
 #pragma unroll
     for (int offset = 16; offset > 0; offset >>= 1) m = max(m, __shfl_xor_sync(0xffffffffu, m, offset));
     if (lane == 0) atomicMax(slot, m);
   };
-  // Tile n (counted over both passes) gathers into slot n % 3 and, after its barrier, clears
-  // slot (n + 2) % 3: read last by tile n - 1 (before this barrier), gathered into next by
-  // tile n + 2 (after the next one).
+  // Tile n (counted over both passes) gathers into slot n % 3 and, after its first barrier,
+  // clears slot (n + 2) % 3: read last by tile n - 1 (before this barrier), gathered into
+  // next by tile n + 2 (after its first barrier, which follows this one).
   auto clear_ahead = [&](int n) {
     if (tid == 0) tile_max_k[(n + 2) % 3] = tile_max_v[(n + 2) % 3] = 0u;
   };
@@ -238,38 +243,57 @@ __device__ __forceinline__ void attention_flash(const T* __restrict__ q, const T
   __syncthreads();  // before any thread gathers into them
 
   // f for the tile's keys: s[nt][e] is row g + 8 (e / 2), key j0 + 8 nt + 2t + e % 2 (the
-  // accumulator layout); keys past the end are -inf. In two steps, so that the mask's 32
-  // loads per thread are all in flight while the tile is staged (one round trip, not one
-  // per 8-key slice): first s holds the mask, then the rounded products are scaled and
-  // added to it. A scale of one value (every stride 0: the models' 1 / sqrt(depth)) is
-  // read once.
+  // accumulator layout); keys past the end are -inf. In two steps, so that the mask's
+  // loads are all in flight while the tile is staged (one round trip, not one per 8-key
+  // slice): first s holds the mask, then the rounded products are scaled and added to it.
+  // A mask contiguous along the keys is read two keys a load. A scale of one value (every
+  // stride 0: the models' 1 / sqrt(depth)) is read once.
   const bool scalar_scale = p[25] == 0 && p[26] == 0 && p[27] == 0 && scale_j == 0;
   const float scale0 = __ldg(scale_row[0]);
+  bool mask_pairs = mask_j == 1;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) mask_pairs = mask_pairs && (reinterpret_cast<unsigned long long>(mask_row[h]) & 7) == 0;
   float s[kFlashKeys / 8][4];
   auto load_mask = [&](long long j0) {
+#if defined(LK_FLASH_PROBE_CAUSAL)  // the probe's measure of the mask's loads: the causal mask from indices
 #pragma unroll
     for (int nt = 0; nt < kFlashKeys / 8; ++nt)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const long long j = j0 + nt * 8 + 2 * t + (e & 1);
-        s[nt][e] = j < keys ? __ldg(mask_row[e >> 1] + j * mask_j) : LK_NEG_INF;
+      for (int e = 0; e < 4; ++e) s[nt][e] = j0 + nt * 8 + 2 * t + (e & 1) <= row[e >> 1] % seq ? 0.0f : LK_NEG_INF;
+    return;
+#endif
+#pragma unroll
+    for (int nt = 0; nt < kFlashKeys / 8; ++nt)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const long long j = j0 + nt * 8 + 2 * t;  // even: an aligned pair when mask_pairs
+        if (mask_pairs && j + 1 < keys) {
+          const float2 m = __ldg(reinterpret_cast<const float2*>(mask_row[h] + j));
+          s[nt][2 * h] = m.x;
+          s[nt][2 * h + 1] = m.y;
+        } else {
+          s[nt][2 * h] = j < keys ? __ldg(mask_row[h] + j * mask_j) : LK_NEG_INF;
+          s[nt][2 * h + 1] = j + 1 < keys ? __ldg(mask_row[h] + (j + 1) * mask_j) : LK_NEG_INF;
+        }
       }
   };
-  // Whether the warp may leave the tile's scores at the mask (see the top of the file).
-  auto masked_tile = [&](int n) {
-    bool all_masked = true;
+  // Whether the warp's whole 16 x 64 block of the mask is -inf (with a scalar scale): it may
+  // then skip the tile's scores if they are provably finite (skippable below).
+  auto masked_block = [&]() {
+    bool all_masked = scalar_scale;
 #pragma unroll
     for (int nt = 0; nt < kFlashKeys / 8; ++nt)
 #pragma unroll
       for (int e = 0; e < 4; ++e) all_masked = all_masked && s[nt][e] == LK_NEG_INF;
-    if (!__all_sync(0xffffffffu, all_masked) || !scalar_scale) return false;
+    return __all_sync(0xffffffffu, all_masked);
+  };
+  auto skippable = [&](int n) {
     // |q . k| <= D max|q| max|k|; twice that covers the F32 sums' rounding and the rounding
     // to T (ScoreLimit: F16 rounds to inf past 65504).
-    const float bound = 2.0f * D * q_max * __uint_as_float(tile_max_k[n % 3]);
+    const float bound = 2.0f * D * q_max * magnitude_value<T>(tile_max_k[n % 3]);
     return bound < ScoreLimit<T>::value && bound * fabsf(scale0) < 1e37f;
   };
-  auto scores = [&](const T* kbuf, long long j0, int n) {
-    if (masked_tile(n)) return;
+  auto scores = [&](const T* kbuf, long long j0) {
 #pragma unroll
     for (int nt = 0; nt < kFlashKeys / 8; ++nt) {
       float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
@@ -293,20 +317,34 @@ __device__ __forceinline__ void attention_flash(const T* __restrict__ q, const T
   };
 
   // Pass 1: each row's maximum and sum of exponentials. The four threads of a quad hold a
-  // row's 64 scores of a tile between them (two columns each per 8-key slice).
+  // row's 64 scores of a tile between them (two columns each per 8-key slice). A skipped
+  // tile (every score -inf) leaves both as they are: its exponentials are +0 under a finite
+  // maximum, and a maximum of -inf, +inf or NaN is left alone or makes the sum NaN already.
   float mx[2] = {LK_NEG_INF, LK_NEG_INF}, sum[2] = {0.0f, 0.0f};
   int n = 0;  // tiles so far, both passes
   issue(ks, kb, k_js, 0);
+#if defined(LK_FLASH_PROBE_ONE_PASS)  // the probe's measure of pass 1: pass 2 alone (wrong results)
+  mx[0] = mx[1] = 0.0f, sum[0] = sum[1] = 1.0f;
+  cp_async_wait<0>();
+  for (long long j0 = keys; j0 < keys; j0 += kFlashKeys, ++n) {
+#else
   for (long long j0 = 0; j0 < keys; j0 += kFlashKeys, ++n) {
+#endif
     load_mask(j0);
     T* const cur = (n & 1) ? vs : ks;
     T* const other = (n & 1) ? ks : vs;
     cp_async_wait<0>();
-    gather_max(cur, &tile_max_k[n % 3]);
-    __syncthreads();  // the tile is in; every warp is done with the buffer the next one fills
+    const bool masked = masked_block();
+    // The tile is in; every warp is done with the buffer the next one fills.
+    const bool any_masked = __syncthreads_or(masked);
     clear_ahead(n);
     if (j0 + kFlashKeys < keys) issue(other, kb, k_js, j0 + kFlashKeys);
-    scores(cur, j0, n);
+    if (any_masked) {
+      gather_max(cur, &tile_max_k[n % 3]);
+      __syncthreads();
+    }
+    if (masked && skippable(n)) continue;
+    scores(cur, j0);
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       float tile_max = LK_NEG_INF;
@@ -340,6 +378,10 @@ __device__ __forceinline__ void attention_flash(const T* __restrict__ q, const T
     neg_max[h] = __fmul_rn(mx[h], -1.0f);
     inv_sum[h] = __frcp_rn(sum[h]);
   }
+  // A skipped tile's probabilities, exp2(-inf + neg_max) * inv_sum, are +0 where the row's
+  // maximum is finite (its sum then lies in [1, keys]); a row of -inf, +inf or NaN forms them
+  // from the scores (NaN).
+  const bool finite_rows = isfinite(mx[0]) && isfinite(mx[1]);
 
   // Pass 2: the probabilities, rounded, times v. A row's probabilities of two 8-key slices
   // are exactly the A fragment of a 16-key step (the accumulator and A layouts line up).
@@ -353,33 +395,46 @@ __device__ __forceinline__ void attention_flash(const T* __restrict__ q, const T
     const bool next = j0 + kFlashKeys < keys;
     load_mask(j0);
     cp_async_wait<1>();  // k (v may still be in flight)
-    gather_max(ks, &tile_max_k[n % 3]);
-    __syncthreads();
+    const bool masked = masked_block();
+    const bool any_masked = __syncthreads_or(masked);
     clear_ahead(n);
-    scores(ks, j0, n);
-    __syncthreads();  // every warp is done with k
-    if (next) issue(ks, kb, k_js, j0 + kFlashKeys);
-    if (next) cp_async_wait<1>();  // v (the next k may still be in flight)
-    else cp_async_wait<0>();
-    gather_max(vs, &tile_max_v[n % 3]);
-    __syncthreads();
+    if (any_masked) {
+      gather_max(ks, &tile_max_k[n % 3]);
+      __syncthreads();
+    }
+    const bool skipped = masked && skippable(n);
+    if (!skipped) scores(ks, j0);
     unsigned pa[kFlashKeys / 16][4];
     bool all_zero = true;
+    if (skipped && finite_rows) {
 #pragma unroll
-    for (int nt = 0; nt < kFlashKeys / 8; ++nt) {
-      float pr[4];
+      for (int kk = 0; kk < kFlashKeys / 16; ++kk) pa[kk][0] = pa[kk][1] = pa[kk][2] = pa[kk][3] = 0u;
+    } else {
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int h = e >> 1;
-        pr[e] = __fmul_rn(exp2f(__fmul_rn(__fadd_rn(s[nt][e], neg_max[h]), kLog2e)), inv_sum[h]);
+      for (int nt = 0; nt < kFlashKeys / 8; ++nt) {
+        float pr[4];
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int h = e >> 1;
+          pr[e] = __fmul_rn(exp2f(__fmul_rn(__fadd_rn(s[nt][e], neg_max[h]), kLog2e)), inv_sum[h]);
+        }
+        pa[nt / 2][(nt & 1) * 2 + 0] = Mma<T>::pack(pr[0], pr[1]);
+        pa[nt / 2][(nt & 1) * 2 + 1] = Mma<T>::pack(pr[2], pr[3]);
+        all_zero = all_zero && (pa[nt / 2][(nt & 1) * 2] | pa[nt / 2][(nt & 1) * 2 + 1]) == 0u;
       }
-      pa[nt / 2][(nt & 1) * 2 + 0] = Mma<T>::pack(pr[0], pr[1]);
-      pa[nt / 2][(nt & 1) * 2 + 1] = Mma<T>::pack(pr[2], pr[3]);
-      all_zero = all_zero && (pa[nt / 2][(nt & 1) * 2] | pa[nt / 2][(nt & 1) * 2 + 1]) == 0u;
+    }
+    const bool zero = __all_sync(0xffffffffu, all_zero);
+    cp_async_wait<0>();  // v: the only copy in flight (the next k is issued below)
+    // v is in; every warp is done with k.
+    const bool any_zero = __syncthreads_or(zero);
+    if (next) issue(ks, kb, k_js, j0 + kFlashKeys);
+    if (any_zero) {
+      gather_max(vs, &tile_max_v[n % 3]);
+      __syncthreads();
     }
     // Every probability +0 and v finite: the products are zeros, which change no sum (o
     // starts at +0 and is never -0: zeros and exact cancellations add to +0).
-    if (!__all_sync(0xffffffffu, all_zero) || tile_max_v[n % 3] >= 0x7f800000u) {
+    if (!zero || tile_max_v[n % 3] >= InfMagnitude<T>::value) {
       // Matrix i of a load, transposed: keys 16 kk + 8 (i % 2) .., columns 8 (dt + i / 2) ..:
       // the B registers of two 8-column slices.
       const T* vr = vs + (((lane >> 3) & 1) * 8 + (lane & 7)) * kPitch + (lane >> 4) * 8;

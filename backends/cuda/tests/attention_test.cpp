@@ -132,11 +132,17 @@ TEST_F(DecodeAttention, RejectsBadShapes) {
 // out), a causal mask of -inf (half the tiles skipped) and of -1e9 (none skipped: the mask
 // is finite), and a prompt of 100 tokens at head dim 64 with a per-element scale; BF16 and
 // F16. Prints each kernel's time (CUDA events, 20 launches): a measurement, not asserted.
+// `huge_tail` makes the last 64 keys near the dtype's largest value: their scores overflow
+// to +-inf where the mask hides them from the earlier rows, and -inf + inf is NaN there, so
+// a kernel that skipped those masked tiles without its bound on the scores would give
+// finite rows where the primitives give NaN (NaN must match NaN). The rows that see those
+// keys have q = 0 (scores of 0), so that no order of the sums decides their softmax.
 namespace {
 struct PrefillCase {
   DType dtype;
   int kv_heads, group, seq, depth;
   bool infinite_mask, scalar_scale;
+  bool huge_tail = false;
 };
 
 void run_prefill(Context& ctx, Stream& stream, ModuleCache& cache, const PrefillCase& c, uint32_t seed) {
@@ -144,8 +150,20 @@ void run_prefill(Context& ctx, Stream& stream, ModuleCache& cache, const Prefill
                                     << " seq=" << c.seq << " d=" << c.depth << " inf_mask=" << c.infinite_mask
                                     << " scalar_scale=" << c.scalar_scale);
   const int64_t rows = int64_t(c.group) * c.seq, keys = c.seq, d = c.depth, batch = c.kv_heads;
-  const HostData q = encode(c.dtype, random_values(size_t(batch * rows * d), seed, 1.0f));
-  const HostData k = encode(c.dtype, random_values(size_t(batch * keys * d), seed + 1, 1.0f));
+  std::vector<float> q_values = random_values(size_t(batch * rows * d), seed, 1.0f);
+  if (c.huge_tail)
+    for (int64_t r = 0; r < batch * rows; ++r)
+      if ((r % rows) % c.seq >= keys - 64)
+        for (int64_t e = 0; e < d; ++e) q_values[size_t(r * d + e)] = 0.0f;
+  const HostData q = encode(c.dtype, q_values);
+  std::vector<float> k_values = random_values(size_t(batch * keys * d), seed + 1, 1.0f);
+  if (c.huge_tail) {
+    const float huge = c.dtype == DType::F16 ? 30000.0f : 3e38f;
+    for (int64_t b = 0; b < batch; ++b)
+      for (int64_t j = std::max<int64_t>(0, keys - 64); j < keys; ++j)
+        for (int64_t e = 0; e < d; ++e) k_values[size_t((b * keys + j) * d + e)] *= huge;
+  }
+  const HostData k = encode(c.dtype, k_values);
   const HostData v = encode(c.dtype, random_values(size_t(batch * keys * d), seed + 2, 1.0f));
   std::vector<float> mask(size_t(c.seq * keys)), scale(c.scalar_scale ? 1 : size_t(c.seq * keys));
   for (int i = 0; i < c.seq; ++i)
@@ -193,9 +211,15 @@ void run_prefill(Context& ctx, Stream& stream, ModuleCache& cache, const Prefill
   }
   const std::vector<double> want = from_device(out_rows, c.dtype, stream.get());
   const std::vector<double> got = from_device(out_flash, c.dtype, stream.get());
-  int bad = 0;
+  int bad = 0, nans = 0;
   double worst = 0;
   for (size_t e = 0; e < want.size(); ++e) {
+    if (std::isnan(want[e]) || std::isnan(got[e])) {
+      if (!(std::isnan(want[e]) && std::isnan(got[e])) && bad++ < 5)
+        ADD_FAILURE() << "out[" << e << "] = " << got[e] << ", rows kernel " << want[e];
+      nans += std::isnan(want[e]) ? 1 : 0;
+      continue;
+    }
     const double diff = std::fabs(got[e] - want[e]);
     worst = std::max(worst, diff / (1.0 + std::fabs(want[e])));
     // Two roundings to the dtype apart at most (the probabilities, then the result).
@@ -203,6 +227,9 @@ void run_prefill(Context& ctx, Stream& stream, ModuleCache& cache, const Prefill
       ADD_FAILURE() << "out[" << e << "] = " << got[e] << ", rows kernel " << want[e];
   }
   EXPECT_EQ(bad, 0);
+  if (c.huge_tail) {
+    EXPECT_GT(nans, 0) << "the huge keys were meant to overflow some masked scores";
+  }
   std::printf("prefill attention %s kv %d x %lld rows x %lld keys, d %lld%s: rows kernel %.1f us, tensor cores %.1f us "
               "(%.2fx), max rel diff %.3g\n",
               std::string(luminal::dtype_name(c.dtype)).c_str(), c.kv_heads, static_cast<long long>(rows), static_cast<long long>(keys),
@@ -223,4 +250,6 @@ TEST(AttentionFlash, MatchesTheRowsKernelOnAPrefill) {
   run_prefill(ctx, stream, cache, {DType::F16, 8, 4, 512, 128, true, true}, seed += 10);
   run_prefill(ctx, stream, cache, {DType::BF16, 2, 3, 100, 64, true, false}, seed += 10);
   run_prefill(ctx, stream, cache, {DType::F16, 3, 1, 77, 64, false, false}, seed += 10);
+  run_prefill(ctx, stream, cache, {DType::F16, 2, 2, 300, 64, true, true, true}, seed += 10);
+  run_prefill(ctx, stream, cache, {DType::BF16, 2, 4, 256, 128, true, true, true}, seed += 10);
 }

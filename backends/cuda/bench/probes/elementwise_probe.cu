@@ -15,14 +15,7 @@
 #include <cstdint>
 #include <vector>
 
-#define CHECK(x)                                                                     \
-  do {                                                                               \
-    cudaError_t e = (x);                                                             \
-    if (e != cudaSuccess) {                                                          \
-      std::printf("probe: %s: %s\n", #x, cudaGetErrorString(e));                     \
-      std::exit(1);                                                                  \
-    }                                                                                \
-  } while (0)
+#include "probe_check.cuh"
 
 __device__ __forceinline__ float round_bf16(float v) { return __bfloat162float(__float2bfloat16_rn(v)); }
 
