@@ -26,7 +26,7 @@
 
 LUMINAL_ATTENTION_FLASH_ENTRY(probe_flash, __nv_bfloat16, 128)
 
-#include "probe_check.cuh"
+#include "probe_util.cuh"
 
 int main(int argc, char** argv) {
   if (argc < 5) {

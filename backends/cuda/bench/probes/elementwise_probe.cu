@@ -15,7 +15,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "probe_check.cuh"
+#include "probe_util.cuh"
 
 __device__ __forceinline__ float round_bf16(float v) { return __bfloat162float(__float2bfloat16_rn(v)); }
 

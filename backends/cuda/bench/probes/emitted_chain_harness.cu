@@ -10,14 +10,7 @@
 #include <cstring>
 #include <vector>
 
-__global__ void fill_random_bf16(unsigned short* p, long long n, unsigned seed) {
-  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
-    unsigned x = (unsigned)i * 2654435761u ^ seed;
-    x ^= x >> 13; x *= 0x5bd1e995u; x ^= x >> 15;
-    const float v = (x & 0xffffff) / 16777216.0f * 8.0f - 4.0f;
-    p[i] = (unsigned short)(__float_as_uint(v) >> 16);
-  }
-}
+#include "probe_util.cuh"
 
 int main(int argc, char** argv) {
   // argv: name, "--constant" or "--random", optionally "--graph"
