@@ -263,11 +263,14 @@ int main(int, char** argv) {
   auto wanted = [&](const char* name) { return std::strncmp(name, only.c_str(), only.size()) == 0; };
   if (wanted("sgemm_1024")) sgemm_case(1024, false, 21);
   if (wanted("sgemm_1024_bt")) sgemm_case(1024, true, 11);
-  if (wanted("gemv_4096x4096_F32")) gemv_case(4096, 4096, DType::F32, 31);
-  if (wanted("gemv_4096x4096_BF16")) gemv_case(4096, 4096, DType::BF16, 31);
+  if (wanted("gemv_4096x4096_F32_vs_sgemv")) gemv_case(4096, 4096, DType::F32, 31);
+  if (wanted("gemv_4096x4096_BF16_vs_sgemv")) gemv_case(4096, 4096, DType::BF16, 31);
   // the Llama block's gate/up shape at a 128-token prompt
-  if (wanted("gemm_packed_bf16")) packed_bf16_case(128, 2816, 1024, 21);
-  if (wanted("gemm_group_qkv")) sibling_group_case("gemm_group_qkv_128x1024", 128, 1024, {1024, 256, 256}, 41);
-  if (wanted("gemm_group_gate_up")) sibling_group_case("gemm_group_gate_up_128x1024", 128, 1024, {2816, 2816}, 21);
+  if (wanted("gemm_packed_bf16_128x2816x1024")) packed_bf16_case(128, 2816, 1024, 21);
+  auto group = [&](const char* name, const std::vector<int64_t>& widths, int reps) {
+    if (wanted(name)) sibling_group_case(name, 128, 1024, widths, reps);
+  };
+  group("gemm_group_qkv_128x1024", {1024, 256, 256}, 41);
+  group("gemm_group_gate_up_128x1024", {2816, 2816}, 21);
   return 0;
 }

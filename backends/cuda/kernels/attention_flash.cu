@@ -220,10 +220,11 @@ __device__ __forceinline__ void attention_flash(const T* __restrict__ q, const T
     }
     cp_async_commit();
   };
-  // The largest |x| of a staged tile (magnitude bits) into `slot`, by every thread over the
-  // chunks it copied, once they have landed; a barrier must follow before it is read. Only
-  // a tile that some warp may skip needs it: the block decides that with the barrier before.
-  auto gather_max = [&](const T* buf, unsigned* slot) {
+  // Where `needed` (block-uniform: some warp may skip, decided by the barrier before), the
+  // largest |x| of a staged tile (magnitude bits) into `slot`, by every thread over the
+  // chunks it copied, once they have landed, then a barrier that makes it visible.
+  auto gather_max = [&](bool needed, const T* buf, unsigned* slot) {
+    if (!needed) return;
     unsigned m = 0;
 #pragma unroll
     for (int u = 0; u < kPer; ++u)
@@ -232,6 +233,7 @@ __device__ __forceinline__ void attention_flash(const T* __restrict__ q, const T
 #pragma unroll
     for (int offset = 16; offset > 0; offset >>= 1) m = max(m, __shfl_xor_sync(0xffffffffu, m, offset));
     if (lane == 0) atomicMax(slot, m);
+    __syncthreads();
   };
   // Tile n (counted over both passes) gathers into slot n % 3 and, after its first barrier,
   // clears slot (n + 2) % 3: read last by tile n - 1 (before this barrier), gathered into
@@ -339,10 +341,7 @@ __device__ __forceinline__ void attention_flash(const T* __restrict__ q, const T
     const bool any_masked = __syncthreads_or(masked);
     clear_ahead(n);
     if (j0 + kFlashKeys < keys) issue(other, kb, k_js, j0 + kFlashKeys);
-    if (any_masked) {
-      gather_max(cur, &tile_max_k[n % 3]);
-      __syncthreads();
-    }
+    gather_max(any_masked, cur, &tile_max_k[n % 3]);
     if (masked && skippable(n)) continue;
     scores(cur, j0);
 #pragma unroll
@@ -398,10 +397,7 @@ __device__ __forceinline__ void attention_flash(const T* __restrict__ q, const T
     const bool masked = masked_block();
     const bool any_masked = __syncthreads_or(masked);
     clear_ahead(n);
-    if (any_masked) {
-      gather_max(ks, &tile_max_k[n % 3]);
-      __syncthreads();
-    }
+    gather_max(any_masked, ks, &tile_max_k[n % 3]);
     const bool skipped = masked && skippable(n);
     if (!skipped) scores(ks, j0);
     unsigned pa[kFlashKeys / 16][4];
@@ -428,10 +424,7 @@ __device__ __forceinline__ void attention_flash(const T* __restrict__ q, const T
     // v is in; every warp is done with k.
     const bool any_zero = __syncthreads_or(zero);
     if (next) issue(ks, kb, k_js, j0 + kFlashKeys);
-    if (any_zero) {
-      gather_max(vs, &tile_max_v[n % 3]);
-      __syncthreads();
-    }
+    gather_max(any_zero, vs, &tile_max_v[n % 3]);
     // Every probability +0 and v finite: the products are zeros, which change no sum (o
     // starts at +0 and is never -0: zeros and exact cancellations add to +0).
     if (!zero || tile_max_v[n % 3] >= InfMagnitude<T>::value) {
